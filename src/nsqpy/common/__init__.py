@@ -1,0 +1,1 @@
+"""Pieces shared by every nsqpy program: Go-style flags, logging, addresses."""

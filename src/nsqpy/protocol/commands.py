@@ -1,0 +1,275 @@
+"""Client-to-server commands of NSQ's TCP protocol V2: an incremental parser and encoders.
+
+A command is one text line ``NAME[ SP param]*\\n``; IDENTIFY, AUTH, PUB, DPUB and MPUB append a
+``[int32 size][size bytes]`` body. The parser checks every advertised size against the limits
+*before* waiting for the bytes, so a hostile size cannot make the server buffer it.
+
+:meth:`CommandParser.feed` returns complete commands as ``(name, params, body)`` tuples; for
+MPUB ``body`` is the list of message bodies. A protocol violation appears in the returned list
+as a :class:`~nsqpy.protocol.errors.FatalError` after the commands that preceded it, and the
+parser accepts nothing more.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Union
+
+from .errors import E_BAD_BODY, E_BAD_MESSAGE, E_BAD_PROTOCOL, E_BAD_TOPIC, E_INVALID, FatalError
+from .names import is_valid_name
+
+MAGIC_V2 = b"  V2"
+MAX_LINE_LENGTH = 16 * 1024  # nsqd's bufio reader size; a longer line drops the connection
+
+_I32 = struct.Struct(">i")
+_unpack_i32 = _I32.unpack_from
+
+Command = tuple  # (name: bytes, params: list[bytes], body: bytes | list[bytes] | None)
+ParseResult = Union[Command, FatalError]
+
+BODY_COMMANDS = frozenset((b"IDENTIFY", b"AUTH", b"PUB", b"DPUB", b"MPUB"))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The nsqd options that bound what a client may send."""
+
+    max_msg_size: int = 1048576
+    max_body_size: int = 5242880
+    max_req_timeout_ms: int = 3600_000
+
+
+class LineTooLong(FatalError):
+    """The command line did not fit nsqd's read buffer; nsqd drops such a connection silently."""
+
+    def __init__(self) -> None:
+        super().__init__(E_INVALID, "failed to read command - line too long")
+
+
+def go_quote(text: bytes | str) -> str:
+    """Render a name as Go's ``%q`` would, for error texts such as ``topic name "x" is not valid``."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _name_ok(raw: bytes) -> bool:
+    try:
+        return is_valid_name(raw.decode("ascii"))
+    except UnicodeDecodeError:
+        return False
+
+
+def check_topic(cmd: str, params: list[bytes]) -> str:
+    """Validate ``params[1]`` as a topic name for ``cmd``; returns it decoded."""
+    topic = params[1]
+    if not _name_ok(topic):
+        prefix = "E_BAD_TOPIC " if cmd == "MPUB" else ""  # upstream's MPUB repeats the code
+        raise FatalError(E_BAD_TOPIC, f"{prefix}{cmd} topic name {go_quote(topic)} is not valid")
+    return topic.decode("ascii")
+
+
+def parse_int(raw: bytes) -> int:
+    """Go's ``strconv.ParseInt(s, 10, 64)`` accepting an optional sign; ValueError otherwise."""
+    text = raw.decode("ascii")
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits.isdigit() or not digits.isascii():
+        raise ValueError(text)
+    value = int(text)
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError(text)
+    return value
+
+
+def _pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
+    """Checks nsqd makes before reading a body; returns the max allowed body size."""
+    if name == b"PUB" or name == b"MPUB":
+        cmd = name.decode()
+        if len(params) < 2:
+            raise FatalError(E_INVALID, f"{cmd} insufficient number of parameters")
+        check_topic(cmd, params)
+        return limits.max_msg_size if name == b"PUB" else limits.max_body_size
+    if name == b"DPUB":
+        if len(params) < 3:
+            raise FatalError(E_INVALID, "DPUB insufficient number of parameters")
+        check_topic("DPUB", params)
+        try:
+            timeout = parse_int(params[2])
+        except (ValueError, UnicodeDecodeError):
+            raise FatalError(
+                E_INVALID, f"DPUB could not parse timeout {params[2].decode('utf-8', 'replace')}"
+            ) from None
+        if not 0 <= timeout <= limits.max_req_timeout_ms:
+            raise FatalError(
+                E_INVALID, f"DPUB timeout {timeout} out of range 0-{limits.max_req_timeout_ms}"
+            )
+        return limits.max_msg_size
+    if name == b"AUTH" and len(params) != 1:
+        raise FatalError(E_INVALID, "AUTH invalid number of parameters")
+    return limits.max_body_size
+
+
+def _check_body_size(name: bytes, size: int, limit: int) -> None:
+    cmd = name.decode()
+    if name == b"PUB" or name == b"DPUB":
+        if size <= 0:
+            raise FatalError(E_BAD_MESSAGE, f"{cmd} invalid message body size {size}")
+        if size > limit:
+            raise FatalError(E_BAD_MESSAGE, f"{cmd} message too big {size} > {limit}")
+        return
+    if name == b"MPUB":
+        if size <= 0:
+            raise FatalError(E_BAD_BODY, f"MPUB invalid body size {size}")
+        if size > limit:
+            raise FatalError(E_BAD_BODY, f"MPUB body too big {size} > {limit}")
+        return
+    if size <= 0:
+        raise FatalError(E_BAD_BODY, f"{cmd} invalid body size {size}")
+    if size > limit:
+        raise FatalError(E_BAD_BODY, f"{cmd} body too big {size} > {limit}")
+
+
+def parse_mpub_body(body: bytes | memoryview, limits: Limits) -> list[bytes]:
+    """Split an MPUB body ``[int32 n]([int32 size][bytes])*n`` validating every size (atomic)."""
+    end = len(body)
+    if end < 4:
+        raise FatalError(E_BAD_BODY, "MPUB failed to read message count")
+    (count,) = _unpack_i32(body, 0)
+    max_count = (limits.max_body_size - 4) // 5
+    if count <= 0 or count > max_count:
+        raise FatalError(E_BAD_BODY, f"MPUB invalid message count {count}")
+    view = memoryview(body)
+    max_msg = limits.max_msg_size
+    out: list[bytes] = []
+    append = out.append
+    pos = 4
+    for i in range(count):
+        if end - pos < 4:
+            raise FatalError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
+        (size,) = _unpack_i32(body, pos)
+        pos += 4
+        if size <= 0:
+            raise FatalError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {size}")
+        if size > max_msg:
+            raise FatalError(E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg}")
+        if end - pos < size:
+            raise FatalError(E_BAD_MESSAGE, "MPUB failed to read message body")
+        append(bytes(view[pos : pos + size]))
+        pos += size
+    return out
+
+
+class CommandParser:
+    """Incremental V2 command parser (after the magic has been consumed)."""
+
+    __slots__ = ("_buf", "_limits", "_pending", "_dead")
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self._buf = bytearray()
+        self._limits = limits or Limits()
+        # (name, params, body_size) while waiting for a body that was already size-checked
+        self._pending: tuple[bytes, list[bytes], int] | None = None
+        self._dead = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete command."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[ParseResult]:
+        if self._dead:
+            return []
+        buf = self._buf
+        buf += data
+        out: list[ParseResult] = []
+        pos = 0
+        end = len(buf)
+        limits = self._limits
+        try:
+            while True:
+                pending = self._pending
+                if pending is not None:
+                    name, params, size = pending
+                    if end - pos < size:
+                        break
+                    body = bytes(buf[pos : pos + size])
+                    pos += size
+                    self._pending = None
+                    if name == b"MPUB":
+                        out.append((name, params, parse_mpub_body(body, limits)))
+                    else:
+                        out.append((name, params, body))
+                    continue
+                nl = buf.find(b"\n", pos)
+                if nl < 0:
+                    if end - pos > MAX_LINE_LENGTH:
+                        raise LineTooLong()
+                    break
+                if nl - pos > MAX_LINE_LENGTH:
+                    raise LineTooLong()
+                line_end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
+                params = bytes(buf[pos:line_end]).split(b" ")
+                name = params[0]
+                if name in BODY_COMMANDS:
+                    limit = _pre_body_checks(name, params, limits)
+                    if end - nl - 1 < 4:
+                        break  # size not here yet: re-parse this line on the next feed
+                    (size,) = _unpack_i32(buf, nl + 1)
+                    _check_body_size(name, size, limit)
+                    pos = nl + 5
+                    self._pending = (name, params, size)
+                    continue
+                pos = nl + 1
+                out.append((name, params, None))
+        except FatalError as err:
+            self._dead = True
+            out.append(err)
+            buf.clear()
+            return out
+        if pos:
+            del buf[:pos]
+        return out
+
+
+BAD_PROTOCOL_PAYLOAD = E_BAD_PROTOCOL.encode()  # upstream's whole error text for a bad magic
+
+
+# --- encoders (clients) -------------------------------------------------------------------------
+
+
+def encode_command(name: bytes, *params: bytes | str, body: bytes | None = None) -> bytes:
+    """``NAME p1 p2\\n`` plus an optional size-prefixed body."""
+    parts = [name]
+    for p in params:
+        parts.append(p.encode() if isinstance(p, str) else p)
+    line = b" ".join(parts) + b"\n"
+    if body is None:
+        return line
+    return line + _I32.pack(len(body)) + body
+
+
+def encode_mpub(topic: str, bodies: list[bytes]) -> bytes:
+    """``MPUB topic`` with the ``[n]([size][body])*`` payload."""
+    pack = _I32.pack
+    chunks = [pack(len(bodies))]
+    for b in bodies:
+        chunks.append(pack(len(b)))
+        chunks.append(b)
+    payload = b"".join(chunks)
+    return b"MPUB " + topic.encode() + b"\n" + pack(len(payload)) + payload
