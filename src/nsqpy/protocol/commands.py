@@ -187,6 +187,13 @@ class CommandParser:
         self._pending: tuple[bytes, list[bytes], int] | None = None
         self._dead = False
 
+    def take_buffer(self) -> bytes:
+        """Hand back unparsed bytes (after IDENTIFY switches the stream to compression)."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        self._pending = None
+        return data
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a complete command."""

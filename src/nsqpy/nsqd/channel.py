@@ -1,0 +1,306 @@
+"""A channel: one copy of a topic's stream, shared by the consumers subscribed to it.
+
+Queued messages are tuples ``(id, body, timestamp_ns, attempts)``: immutable, cheap, and
+untracked by the garbage collector. The memory queue holds up to ``--mem-queue-size`` of them;
+past that, and for as long as anything waits on disk, messages go to the disk backend so the
+stream stays first-in first-out and nothing on disk starves.
+
+In-flight messages live in their consumer's ordered dict (see :mod:`nsqpy.nsqd.client`), so a FIN
+is one dict pop on the connection that received the message, and timeouts are found by walking
+each dict from its oldest entry. Deferred messages sit in one heap per channel. Both are swept by
+nsqd's periodic scan, never by a timer per message.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
+from ..protocol.message import _FRAME_PREFIX, decode_message, encode_message
+from ..protocol.names import is_ephemeral
+from .quantile import LatencyQuantiles
+
+if TYPE_CHECKING:
+    from .client import ClientV2
+    from .nsqd import NSQD
+    from .topic import Topic
+
+Msg = tuple  # (id: bytes, body: bytes, timestamp_ns: int, attempts: int)
+
+_pack_frame_prefix = _FRAME_PREFIX.pack
+_monotonic = time.monotonic
+_time_ns = time.time_ns
+_seq = itertools.count()
+
+
+class Channel:
+    def __init__(self, topic: "Topic", name: str, nsqd: "NSQD") -> None:
+        self.topic = topic
+        self.topic_name = topic.name
+        self.name = name
+        self.nsqd = nsqd
+        self.ephemeral = is_ephemeral(name)
+        self.mem: deque[Msg] = deque()
+        self.mem_cap = nsqd.options.mem_queue_size
+        self.backend = nsqd.make_backend(f"{topic.name}:{name}", self.ephemeral)
+        self.deferred: list[tuple[float, int, Msg]] = []
+        self.clients: list["ClientV2"] = []
+        self.paused = False
+        self.exiting = False
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+        pct = nsqd.options.e2e_processing_latency_percentile
+        self.e2e = (LatencyQuantiles(pct, nsqd.options.e2e_processing_latency_window_time)
+                    if pct else None)
+        self._rr = 0
+
+    # --- depth ---------------------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        return len(self.mem) + self.backend.depth
+
+    @property
+    def in_flight_count(self) -> int:
+        return sum(len(c.in_flight) for c in self.clients)
+
+    # --- putting messages in -------------------------------------------------------------------
+
+    def put_many(self, msgs: list[Msg]) -> None:
+        """Messages from the topic. Raises OSError when the disk backend fails."""
+        self._enqueue(msgs)
+        self.message_count += len(msgs)
+        self.dispatch()
+
+    def put_deferred(self, msg: Msg, due: float) -> None:
+        heapq.heappush(self.deferred, (due, next(_seq), msg))
+        self.message_count += 1
+
+    def _enqueue(self, msgs: list[Msg]) -> None:
+        mem = self.mem
+        backend = self.backend
+        space = self.mem_cap - len(mem)
+        if backend.depth == 0 and space >= len(msgs):
+            mem.extend(msgs)
+            return
+        if backend.depth == 0 and space > 0:
+            mem.extend(msgs[:space])
+            msgs = msgs[space:]
+        if self.ephemeral:
+            return  # upstream drops ephemeral overflow
+        try:
+            backend.put_many([encode_message(*m) for m in msgs])
+        except OSError as err:
+            self.nsqd.set_health_error(err)
+            raise
+        self.nsqd.set_health_ok()
+
+    def requeue(self, msgs: list[Msg]) -> None:
+        """Back into the queue after REQ 0, a timeout or a deferral; never loses a message."""
+        try:
+            self._enqueue(msgs)
+        except OSError:
+            self.mem.extend(msgs)  # the disk failed: hold them in memory rather than lose them
+
+    # --- delivery ------------------------------------------------------------------------------
+
+    def _take(self, n: int) -> list[Msg]:
+        mem = self.mem
+        if len(mem) >= n:
+            popleft = mem.popleft
+            return [popleft() for _ in range(n)]
+        out = list(mem)
+        mem.clear()
+        backend = self.backend
+        if len(out) < n and backend.depth:
+            for raw in backend.get_many(n - len(out)):
+                m = decode_message(raw)
+                out.append((m.id, m.body, m.timestamp, m.attempts))
+        return out
+
+    def dispatch(self) -> None:
+        """Send queued messages to every consumer with room under its RDY."""
+        clients = self.clients
+        n = len(clients)
+        if not n or self.paused or self.exiting:
+            return
+        if not self.mem and not self.backend.depth:
+            return
+        start = self._rr % n
+        self._rr = start + 1
+        for k in range(n):
+            client = clients[(start + k) % n]
+            room = client.ready_count - len(client.in_flight)
+            if room <= 0 or not client.writable:
+                continue
+            msgs = self._take(room)
+            if not msgs:
+                return
+            self._send(client, msgs)
+
+    def _send(self, client: "ClientV2", msgs: list[Msg]) -> None:
+        now = _monotonic()
+        deadline = now + client.msg_timeout
+        in_flight = client.in_flight
+        out = client.out
+        append = out.append
+        rate = client.sample_rate
+        sent = 0
+        for mid, body, ts, attempts in msgs:
+            if rate and random.randrange(100) > rate:
+                continue  # sampled out: consumed, never delivered (upstream)
+            attempts += 1
+            append(_pack_frame_prefix(len(body) + 30, 2, ts, attempts & 0xFFFF))
+            append(mid)
+            append(body)
+            in_flight[mid] = (mid, body, ts, attempts, deadline, now)
+            sent += 1
+        client.message_count += sent
+        client.schedule_flush()
+
+    # --- acknowledgements (called by the owning connection) ------------------------------------
+
+    def _owner_error(self, client: "ClientV2", mid: bytes) -> str:
+        for other in self.clients:
+            if other is not client and mid in other.in_flight:
+                return "client does not own message"
+        return "ID not in flight"
+
+    def finish(self, client: "ClientV2", mid: bytes) -> None:
+        entry = client.in_flight.pop(mid, None)
+        if entry is None:
+            raise ClientError(E_FIN_FAILED, f"FIN {mid.decode(errors='replace')} failed "
+                              f"{self._owner_error(client, mid)}")
+        client.finish_count += 1
+        if self.e2e is not None:
+            self.e2e.add(_time_ns() - entry[2])
+
+    def requeue_in_flight(self, client: "ClientV2", mid: bytes, delay: float) -> None:
+        entry = client.in_flight.pop(mid, None)
+        if entry is None:
+            raise ClientError(E_REQ_FAILED, f"REQ {mid.decode(errors='replace')} failed "
+                              f"{self._owner_error(client, mid)}")
+        client.requeue_count += 1
+        self.requeue_count += 1
+        msg = entry[:4]
+        if delay <= 0:
+            self.requeue([msg])
+        else:
+            heapq.heappush(self.deferred, (_monotonic() + delay, next(_seq), msg))
+
+    def touch(self, client: "ClientV2", mid: bytes) -> None:
+        entry = client.in_flight.pop(mid, None)
+        if entry is None:
+            raise ClientError(E_TOUCH_FAILED, f"TOUCH {mid.decode(errors='replace')} failed "
+                              f"{self._owner_error(client, mid)}")
+        now = _monotonic()
+        delivered = entry[5]
+        deadline = min(now + client.msg_timeout, delivered + self.nsqd.options.max_msg_timeout)
+        client.in_flight[mid] = entry[:4] + (deadline, delivered)  # re-inserted last: newest deadline
+
+    # --- periodic scan -------------------------------------------------------------------------
+
+    def scan(self, now: float) -> bool:
+        """Requeue timed-out in-flight messages and release due deferred ones; True if any."""
+        moved = False
+        for client in self.clients:
+            in_flight = client.in_flight
+            if not in_flight:
+                continue
+            expired = []
+            for mid, entry in in_flight.items():
+                if entry[4] > now:
+                    break
+                expired.append(mid)
+            if expired:
+                msgs = [in_flight.pop(mid)[:4] for mid in expired]
+                client.timeout_count += len(msgs)
+                self.timeout_count += len(msgs)
+                self.requeue(msgs)
+                moved = True
+        deferred = self.deferred
+        if deferred and deferred[0][0] <= now:
+            due = []
+            while deferred and deferred[0][0] <= now:
+                due.append(heapq.heappop(deferred)[2])
+            self.requeue(due)
+            moved = True
+        if moved:
+            self.dispatch()
+        return moved
+
+    # --- consumers -----------------------------------------------------------------------------
+
+    def add_client(self, client: "ClientV2") -> None:
+        self.clients.append(client)
+
+    def remove_client(self, client: "ClientV2") -> None:
+        """A consumer left: its in-flight messages go straight back to the queue."""
+        try:
+            self.clients.remove(client)
+        except ValueError:
+            return
+        if client.in_flight and not self.exiting:
+            msgs = [e[:4] for e in client.in_flight.values()]
+            client.in_flight.clear()
+            self.timeout_count += len(msgs)
+            self.requeue(msgs)
+            self.dispatch()
+        if self.ephemeral and not self.clients and not self.exiting:
+            self.topic.delete_channel(self.name)
+
+    # --- administration ------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def unpause(self) -> None:
+        self.paused = False
+        self.dispatch()
+
+    def empty(self) -> None:
+        """Drop queued, deferred and in-flight messages; consumers stay connected."""
+        self.mem.clear()
+        self.deferred.clear()
+        for client in self.clients:
+            client.in_flight.clear()
+        self.backend.empty()
+
+    def close(self, flush: bool) -> None:
+        """Stop the channel; with ``flush``, persist memory, in-flight and deferred messages."""
+        self.exiting = True
+        for client in list(self.clients):
+            client.close_connection()
+        if flush and not self.ephemeral:
+            pending = list(self.mem)
+            for client in self.clients:
+                pending.extend(e[:4] for e in client.in_flight.values())
+            pending.extend(m for _, _, m in sorted(self.deferred))
+            self.mem.clear()
+            self.deferred.clear()
+            if pending:
+                try:
+                    self.backend.put_many([encode_message(*m) for m in pending])
+                except OSError as err:
+                    self.nsqd.logger.error(
+                        "channel(%s:%s): failed to flush %d messages - %s",
+                        self.topic_name, self.name, len(pending), err)
+            self.backend.close()
+        else:
+            self.backend.close()
+        self.clients.clear()
+
+    def delete(self) -> None:
+        self.exiting = True
+        for client in list(self.clients):
+            client.close_connection()
+        self.clients.clear()
+        self.mem.clear()
+        self.deferred.clear()
+        self.backend.delete()

@@ -1,0 +1,164 @@
+"""nsqd's flags, with upstream's names, defaults, config keys and validation (reference §1.1)."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..common.flags import Flag, FlagError, FlagSet, parse_duration, reject_unimplemented
+from ..common.log import parse_level
+
+
+def default_node_id(hostname: str | None = None) -> int:
+    """Upstream's default: ``crc32_ieee(md5(hostname)) % 1024``."""
+    digest = hashlib.md5((hostname or socket.gethostname()).encode()).digest()
+    return zlib.crc32(digest) % 1024
+
+
+def _tls_required(raw: str) -> str:
+    t = raw.strip().lower()
+    if t in ("true", "1", "t"):
+        return "true"
+    if t in ("false", "0", "f", ""):
+        return "false"
+    if t == "tcp-https":
+        return "tcp-https"
+    raise ValueError(f"invalid tls-required value {raw!r}")
+
+
+_TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
+
+
+def _tls_min_version(raw: str) -> str:
+    t = raw.strip().lower()
+    if t not in _TLS_VERSIONS:
+        raise ValueError(f"unknown tls-min-version {raw!r}")
+    return t
+
+
+def build_flagset() -> FlagSet:
+    host = socket.gethostname()
+    fs = FlagSet("nsqd")
+    F = Flag
+    fs.add(
+        F("version", False, "print version string", kind="bool"),
+        F("config", "", "path to config file"),
+        F("log-level", "info", "set log verbosity: debug, info, warn, error, or fatal", parse=parse_level),
+        F("log-prefix", "[nsqd] ", "log message prefix"),
+        F("verbose", False, "[deprecated] has no effect, use --log-level", kind="bool", deprecated=True),
+        F("node-id", default_node_id(host), "unique part for message IDs, (int) in range [0,1024)",
+          kind="int", cfg="id"),
+        F("worker-id", False, "[deprecated] use --node-id", kind="bool", deprecated=True),
+        F("https-address", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
+        F("http-address", "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients"),
+        F("tcp-address", "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients"),
+        F("auth-http-address", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)",
+          kind="list", cfg="auth_http_addresses", implemented=False),
+        F("auth-http-request-method", "get", "HTTP method to use for auth server requests",
+          implemented=False),
+        F("broadcast-address", host, "address that will be registered with lookupd"),
+        F("broadcast-tcp-port", 0, "TCP port that will be registered with lookupd (default to the TCP port)", kind="int"),
+        F("broadcast-http-port", 0, "HTTP port that will be registered with lookupd (default to the HTTP port)", kind="int"),
+        F("lookupd-tcp-address", [], "lookupd TCP address (may be given multiple times)", kind="list",
+          cfg="nsqlookupd_tcp_addresses"),
+        F("http-client-connect-timeout", 2.0, "timeout for HTTP connect", kind="duration"),
+        F("http-client-request-timeout", 5.0, "timeout for HTTP request", kind="duration"),
+        F("topology-region", "", "region label for topology-aware consumption"),
+        F("topology-zone", "", "zone label for topology-aware consumption"),
+        F("data-path", "", "path to store disk-backed messages"),
+        F("mem-queue-size", 10000, "number of messages to keep in memory (per topic/channel)", kind="int"),
+        F("max-bytes-per-file", 104857600, "number of bytes per diskqueue file before rolling", kind="int"),
+        F("sync-every", 2500, "number of messages per diskqueue fsync", kind="int"),
+        F("sync-timeout", 2.0, "duration of time per diskqueue fsync", kind="duration"),
+        F("queue-scan-worker-pool-max", 4, "max concurrency for checking in-flight and deferred message timeouts", kind="int"),
+        F("queue-scan-selection-count", 20, "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts", kind="int"),
+        F("msg-timeout", 60.0, "default duration to wait before auto-requeing a message", kind="duration"),
+        F("max-msg-timeout", 900.0, "maximum duration before a message will timeout", kind="duration"),
+        F("max-msg-size", 1048576, "maximum size of a single message in bytes", kind="int"),
+        F("max-req-timeout", 3600.0, "maximum requeuing timeout for a message", kind="duration"),
+        F("max-body-size", 5242880, "maximum size of a single command body", kind="int"),
+        F("max-heartbeat-interval", 60.0, "maximum client configurable duration of time between client heartbeats", kind="duration"),
+        F("max-rdy-count", 2500, "maximum RDY count for a client", kind="int"),
+        F("max-output-buffer-size", 65536, "maximum client configurable size (in bytes) for a client output buffer", kind="int"),
+        F("max-output-buffer-timeout", 30.0, "maximum client configurable duration of time between flushing to a client", kind="duration"),
+        F("min-output-buffer-timeout", 0.025, "minimum client configurable duration of time between flushing to a client", kind="duration"),
+        F("output-buffer-timeout", 0.25, "default duration of time between flushing data to clients", kind="duration"),
+        F("max-channel-consumers", 0, "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)", kind="int"),
+        F("statsd-address", "", "UDP <addr>:<port> of a statsd daemon for pushing stats", implemented=False),
+        F("statsd-interval", 60.0, "duration between pushing to statsd", kind="duration", implemented=False),
+        F("statsd-mem-stats", True, "toggle sending memory and GC stats to statsd", kind="bool", implemented=False),
+        F("statsd-prefix", "nsq.%s", "prefix used for keys sent to statsd (%s for host replacement)", implemented=False),
+        F("statsd-udp-packet-size", 508, "the size in bytes of statsd UDP packets", kind="int", implemented=False),
+        F("statsd-exclude-ephemeral", False, "Skip ephemeral topics and channels when sending stats to statsd", kind="bool", implemented=False),
+        F("e2e-processing-latency-percentile", [], "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)",
+          kind="list", cfg="e2e_processing_latency_percentiles"),
+        F("e2e-processing-latency-window-time", 600.0, "calculate end to end latency quantiles for this duration of time", kind="duration"),
+        F("tls-cert", "", "path to certificate file", implemented=False),
+        F("tls-key", "", "path to key file", implemented=False),
+        F("tls-client-auth-policy", "", "client certificate auth policy ('require' or 'require-verify')", implemented=False),
+        F("tls-root-ca-file", "", "path to certificate authority file", implemented=False),
+        F("tls-required", "false", "require TLS for client connections (true, false, tcp-https)", parse=_tls_required,
+          implemented=False),
+        F("tls-min-version", "tls1.0", "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
+          parse=_tls_min_version, implemented=False),
+        F("deflate", True, "enable deflate feature negotiation (client compression)", kind="bool"),
+        F("max-deflate-level", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)", kind="int"),
+        F("snappy", True, "enable snappy feature negotiation (client compression)", kind="bool"),
+        F("enable-experiment", [], "enable experimental feature (may be given multiple times)", kind="list",
+          implemented=False),
+    )
+    return fs
+
+
+@dataclass
+class Options:
+    """Resolved nsqd options; attribute names are the flag names with ``-`` → ``_``."""
+
+    values: dict[str, Any]
+    explicit: set[str] = field(default_factory=set)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def parse_options(argv: list[str]) -> Options:
+    """Parse and validate nsqd's command line; FlagError describes any problem."""
+    fs = build_flagset()
+    values, explicit, positional = fs.parse(argv)
+    if positional:
+        raise FlagError(f"unexpected arguments: {' '.join(positional)}")
+    if values["version"]:
+        return Options(values, explicit)
+    reject_unimplemented(fs, explicit, values)
+    pct = []
+    for raw in values["e2e_processing_latency_percentile"]:
+        try:
+            pct.append(float(raw))
+        except ValueError:
+            raise FlagError(f"invalid E2E processing latency percentile: {raw}") from None
+    for p in pct:
+        if not 0 < p <= 1:
+            raise FlagError(f"invalid E2E processing latency percentile: {p}")
+    values["e2e_processing_latency_percentile"] = sorted(set(pct), reverse=True)
+    if not 0 <= values["node_id"] < 1024:
+        raise FlagError(f"--node-id must be [0,1024)")
+    if not 1 <= values["max_deflate_level"] <= 9:
+        raise FlagError("--max-deflate-level must be [1,9]")
+    if values["mem_queue_size"] < 0:
+        raise FlagError("--mem-queue-size must be >= 0")
+    return Options(values, explicit)
+
+
+def config_key_map() -> dict[str, Flag]:
+    """``/config/:opt`` keys (cfg names) → flags."""
+    return {f.key: f for f in build_flagset().flags if f.name not in ("config", "version")}
+
+
+__all__ = ["Options", "parse_options", "build_flagset", "default_node_id", "parse_duration",
+           "config_key_map", "_TLS_VERSIONS"]

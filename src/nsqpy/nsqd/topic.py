@@ -1,0 +1,188 @@
+"""A topic: fans every published message out to each of its channels.
+
+Fan-out is synchronous when channels exist and the topic is not paused. Otherwise messages queue at
+the topic (memory up to ``--mem-queue-size``, then disk) and a pump moves them to the channels in
+bounded batches once there is somewhere to go, so a large backlog never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..protocol.message import decode_message, encode_message
+from ..protocol.names import is_ephemeral
+from .channel import Channel, Msg
+from .quantile import merged_result
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+PUMP_BATCH = 1000
+_monotonic = time.monotonic
+
+
+class Topic:
+    def __init__(self, name: str, nsqd: "NSQD") -> None:
+        self.name = name
+        self.nsqd = nsqd
+        self.ephemeral = is_ephemeral(name)
+        self.channels: dict[str, Channel] = {}
+        # queued items are Msg tuples, or (id, body, ts, attempts, due) for deferred publishes
+        self.mem: deque[tuple] = deque()
+        self.mem_cap = nsqd.options.mem_queue_size
+        self.backend = nsqd.make_backend(name, self.ephemeral)
+        self.paused = False
+        self.exiting = False
+        self.message_count = 0
+        self.message_bytes = 0
+        self._pump_scheduled = False
+
+    @property
+    def depth(self) -> int:
+        return len(self.mem) + self.backend.depth
+
+    def _flowing(self) -> bool:
+        return bool(self.channels) and not self.paused
+
+    # --- publishing ----------------------------------------------------------------------------
+
+    def put_many(self, msgs: list[Msg], nbytes: int) -> None:
+        """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED)."""
+        if self._flowing() and not self.mem and not self.backend.depth:
+            for channel in self.channels.values():
+                channel.put_many(msgs)
+        else:
+            self._enqueue(msgs)
+            self._schedule_pump()
+        self.message_count += len(msgs)
+        self.message_bytes += nbytes
+
+    def put_deferred(self, msg: Msg, delay: float) -> None:
+        due = _monotonic() + delay
+        if self._flowing() and not self.mem and not self.backend.depth:
+            for channel in self.channels.values():
+                channel.put_deferred(msg, due)
+        else:
+            self._enqueue([msg + (due,)])
+            self._schedule_pump()
+        self.message_count += 1
+        self.message_bytes += len(msg[1])
+
+    def _enqueue(self, items: list[tuple]) -> None:
+        mem = self.mem
+        space = self.mem_cap - len(mem)
+        if self.backend.depth == 0 and space >= len(items):
+            mem.extend(items)
+            return
+        if self.backend.depth == 0 and space > 0:
+            mem.extend(items[:space])
+            items = items[space:]
+        if self.ephemeral:
+            return
+        try:
+            # the disk format has no room for a due time: like upstream, a deferral that spills
+            # to the topic's disk queue is delivered without its delay
+            self.backend.put_many([encode_message(*it[:4]) for it in items])
+        except OSError as err:
+            self.nsqd.set_health_error(err)
+            raise
+        self.nsqd.set_health_ok()
+
+    # --- the pump ------------------------------------------------------------------------------
+
+    def _schedule_pump(self) -> None:
+        if not self._pump_scheduled and self._flowing() and self.depth:
+            self._pump_scheduled = True
+            self.nsqd.loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Move one batch of the topic's backlog to its channels, then yield to the loop."""
+        self._pump_scheduled = False
+        if self.exiting or not self._flowing():
+            return
+        batch: list[tuple] = []
+        mem = self.mem
+        while mem and len(batch) < PUMP_BATCH:
+            batch.append(mem.popleft())
+        if len(batch) < PUMP_BATCH and self.backend.depth:
+            for raw in self.backend.get_many(PUMP_BATCH - len(batch)):
+                m = decode_message(raw)
+                batch.append((m.id, m.body, m.timestamp, m.attempts))
+        plain = [it for it in batch if len(it) == 4]
+        for channel in list(self.channels.values()):
+            try:
+                if plain:
+                    channel.put_many(plain)
+            except OSError as err:
+                self.nsqd.logger.error("topic(%s): failed to put to channel(%s) - %s",
+                                       self.name, channel.name, err)
+            for it in batch:
+                if len(it) == 5:
+                    channel.put_deferred(it[:4], it[4])
+        self._schedule_pump()
+
+    # --- channels ------------------------------------------------------------------------------
+
+    def get_channel(self, name: str) -> Channel:
+        """The channel, created (and announced to lookupd) if new."""
+        channel = self.channels.get(name)
+        if channel is None:
+            channel = Channel(self, name, self.nsqd)
+            self.channels[name] = channel
+            self.nsqd.logger.info("TOPIC(%s): new channel(%s)", self.name, name)
+            self.nsqd.on_channel_created(self, channel)
+            self._schedule_pump()
+        return channel
+
+    def delete_channel(self, name: str) -> bool:
+        channel = self.channels.pop(name, None)
+        if channel is None:
+            return False
+        self.nsqd.logger.info("TOPIC(%s): deleting channel %s", self.name, name)
+        channel.delete()
+        self.nsqd.on_channel_deleted(self, channel)
+        if self.ephemeral and not self.channels:
+            self.nsqd.delete_topic(self.name)
+        return True
+
+    # --- administration ------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def unpause(self) -> None:
+        self.paused = False
+        self._schedule_pump()
+
+    def empty(self) -> None:
+        self.mem.clear()
+        self.backend.empty()
+
+    def e2e_result(self) -> dict:
+        streams = [c.e2e for c in self.channels.values() if c.e2e is not None]
+        return merged_result(streams, self.nsqd.options.e2e_processing_latency_percentile)
+
+    def close(self, flush: bool) -> None:
+        self.exiting = True
+        for channel in self.channels.values():
+            channel.close(flush)
+        if flush and not self.ephemeral and self.mem:
+            try:
+                self.backend.put_many([encode_message(*it[:4]) for it in self.mem])
+            except OSError as err:
+                self.nsqd.logger.error("topic(%s): failed to flush %d messages - %s",
+                                       self.name, len(self.mem), err)
+            self.mem.clear()
+        self.backend.close()
+
+    def delete(self) -> None:
+        self.exiting = True
+        for channel in list(self.channels.values()):
+            channel.delete()
+        self.channels.clear()
+        self.mem.clear()
+        self.backend.delete()
+
+

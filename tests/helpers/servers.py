@@ -1,0 +1,104 @@
+"""Real server processes on free loopback ports, always stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http_ok(url: str, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited early with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=0.5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer in {timeout}s")
+
+
+class ServerProcess:
+    """A server started as a subprocess; :meth:`stop` signals it by PID and reaps it."""
+
+    def __init__(self, argv: list[str], health_url: str, log_path: Path) -> None:
+        self.argv = argv
+        self.health_url = health_url
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
+        try:
+            wait_http_ok(health_url, self.proc)
+        except Exception:
+            self.stop()
+            raise AssertionError(f"server failed to start: {self.log()}")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+        return self.proc.returncode
+
+    def kill9(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+class Nsqd(ServerProcess):
+    def __init__(self, data_path: Path, *extra: str, tcp_port: int | None = None,
+                 http_port: int | None = None) -> None:
+        self.tcp_port = tcp_port or free_port()
+        self.http_port = http_port or free_port()
+        self.data_path = data_path
+        data_path.mkdir(parents=True, exist_ok=True)
+        argv = [str(VENV_BIN / "nsqd"), f"--tcp-address=127.0.0.1:{self.tcp_port}",
+                f"--http-address=127.0.0.1:{self.http_port}", f"--data-path={data_path}",
+                "--broadcast-address=127.0.0.1", *extra]
+        super().__init__(argv, f"http://127.0.0.1:{self.http_port}/ping", data_path / "nsqd.log")
+
+    @property
+    def tcp_address(self) -> str:
+        return f"127.0.0.1:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def restart(self, *extra: str) -> "Nsqd":
+        self.stop()
+        return Nsqd(self.data_path, *extra, tcp_port=self.tcp_port, http_port=self.http_port)
+
+
+def unique_name(prefix: str = "t") -> str:
+    """A topic/channel name no other test uses."""
+    return f"{prefix}_{os.getpid()}_{time.monotonic_ns() % 10**12}"

@@ -1,0 +1,97 @@
+"""A minimal blocking V2 wire client for protocol tests: raw bytes in, frames out."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import orjson
+
+from nsqpy.protocol.commands import encode_command, encode_mpub
+from nsqpy.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, Frame, FrameDecoder
+from nsqpy.protocol.message import decode_message
+
+
+class Wire:
+    def __init__(self, address: str, magic: bytes = b"  V2", timeout: float = 5.0) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.decoder = FrameDecoder()
+        self.pending: list[Frame] = []
+        if magic:
+            self.sock.sendall(magic)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def cmd(self, name: bytes, *params, body: bytes | None = None) -> None:
+        self.send(encode_command(name, *params, body=body))
+
+    def read_frame(self, skip_heartbeats: bool = True) -> Frame:
+        while True:
+            while self.pending:
+                frame = self.pending.pop(0)
+                if skip_heartbeats and frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"_heartbeat_":
+                    self.send(b"NOP\n")
+                    continue
+                return frame
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed by server")
+            self.pending.extend(self.decoder.feed(data))
+
+    def expect_ok(self) -> None:
+        frame = self.read_frame()
+        assert frame == Frame(FRAME_TYPE_RESPONSE, b"OK"), frame
+
+    def expect_error(self, text: bytes) -> None:
+        frame = self.read_frame()
+        assert frame.frame_type == FRAME_TYPE_ERROR, frame
+        assert frame.data == text, frame.data
+
+    def read_message(self):
+        frame = self.read_frame()
+        assert frame.frame_type == FRAME_TYPE_MESSAGE, frame
+        return decode_message(frame.data)
+
+    def identify(self, **fields) -> dict | bytes:
+        self.cmd(b"IDENTIFY", body=orjson.dumps(fields))
+        frame = self.read_frame()
+        assert frame.frame_type == FRAME_TYPE_RESPONSE, frame
+        if fields.get("feature_negotiation"):
+            return orjson.loads(frame.data)
+        return frame.data
+
+    def pub(self, topic: str, body: bytes) -> None:
+        self.cmd(b"PUB", topic, body=body)
+        self.expect_ok()
+
+    def mpub(self, topic: str, bodies: list[bytes]) -> None:
+        self.send(encode_mpub(topic, bodies))
+        self.expect_ok()
+
+    def sub(self, topic: str, channel: str, rdy: int | None = None) -> None:
+        self.cmd(b"SUB", topic, channel)
+        self.expect_ok()
+        if rdy is not None:
+            self.cmd(b"RDY", str(rdy))
+
+    def is_closed(self, timeout: float = 2.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+                self.pending.extend(self.decoder.feed(data))
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def pack_i32(n: int) -> bytes:
+    return struct.pack(">i", n)
