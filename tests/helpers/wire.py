@@ -21,6 +21,16 @@ class Wire:
         if magic:
             self.sock.sendall(magic)
 
+    def recv_exactly(self, n: int) -> bytes:
+        """Raw bytes off the socket, bypassing the frame decoder (for stream upgrades)."""
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed by server")
+            buf += chunk
+        return buf
+
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 

@@ -1,0 +1,175 @@
+"""The V2 command parser on raw bytes: every command shape and every error path."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsqpy.protocol.commands import (
+    CommandParser, Limits, LineTooLong, encode_command, encode_mpub, go_quote, parse_mpub_body,
+)
+from nsqpy.protocol.errors import FatalError
+
+I32 = struct.Struct(">i").pack
+
+
+def feed(data: bytes, limits: Limits | None = None) -> list:
+    return CommandParser(limits).feed(data)
+
+
+def error_of(data: bytes, limits: Limits | None = None) -> str:
+    out = feed(data, limits)
+    assert out and isinstance(out[-1], FatalError), out
+    return out[-1].payload.decode()
+
+
+def test_simple_commands():
+    out = feed(b"NOP\nRDY 10\nFIN 0123456789abcdef\r\nCLS\n")
+    assert out == [
+        (b"NOP", [b"NOP"], None),
+        (b"RDY", [b"RDY", b"10"], None),
+        (b"FIN", [b"FIN", b"0123456789abcdef"], None),
+        (b"CLS", [b"CLS"], None),
+    ]
+
+
+def test_pub_with_body_and_split_delivery():
+    data = encode_command(b"PUB", "topic", body=b"hello world")
+    parser = CommandParser()
+    got = []
+    for i in range(len(data)):  # one byte at a time
+        got.extend(parser.feed(data[i : i + 1]))
+    assert got == [(b"PUB", [b"PUB", b"topic"], b"hello world")]
+    assert parser.buffered == 0
+
+
+def test_mpub_parses_messages():
+    out = feed(encode_mpub("t", [b"a", b"bb", b"ccc"]))
+    assert out == [(b"MPUB", [b"MPUB", b"t"], [b"a", b"bb", b"ccc"])]
+
+
+def test_dpub_and_identify_and_auth():
+    out = feed(encode_command(b"DPUB", "t", "1000", body=b"x")
+               + encode_command(b"IDENTIFY", body=b"{}") + encode_command(b"AUTH", body=b"secret"))
+    assert out == [(b"DPUB", [b"DPUB", b"t", b"1000"], b"x"),
+                   (b"IDENTIFY", [b"IDENTIFY"], b"{}"), (b"AUTH", [b"AUTH"], b"secret")]
+
+
+def test_unknown_commands_are_returned_for_the_server_to_reject():
+    assert feed(b"FOO bar\n") == [(b"FOO", [b"FOO", b"bar"], None)]
+    assert feed(b"\n") == [(b"", [b""], None)]
+
+
+@pytest.mark.parametrize("data,expected", [
+    (b"PUB\n", "E_INVALID PUB insufficient number of parameters"),
+    (b"MPUB\n", "E_INVALID MPUB insufficient number of parameters"),
+    (b"DPUB t\n", "E_INVALID DPUB insufficient number of parameters"),
+    (b"PUB bad!topic\n", 'E_BAD_TOPIC PUB topic name "bad!topic" is not valid'),
+    (b"MPUB bad!topic\n", 'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "bad!topic" is not valid'),
+    (b"DPUB bad!topic 10\n", 'E_BAD_TOPIC DPUB topic name "bad!topic" is not valid'),
+    (b"PUB " + b"a" * 65 + b"\n", f'E_BAD_TOPIC PUB topic name "{"a" * 65}" is not valid'),
+    (b"DPUB t abc\n", "E_INVALID DPUB could not parse timeout abc"),
+    (b"DPUB t 3600001\n", "E_INVALID DPUB timeout 3600001 out of range 0-3600000"),
+    (b"DPUB t -1\n", "E_INVALID DPUB timeout -1 out of range 0-3600000"),
+    (b"PUB t\n" + I32(0), "E_BAD_MESSAGE PUB invalid message body size 0"),
+    (b"PUB t\n" + I32(-5), "E_BAD_MESSAGE PUB invalid message body size -5"),
+    (b"PUB t\n" + I32(1048577), "E_BAD_MESSAGE PUB message too big 1048577 > 1048576"),
+    (b"DPUB t 5\n" + I32(0), "E_BAD_MESSAGE DPUB invalid message body size 0"),
+    (b"MPUB t\n" + I32(0), "E_BAD_BODY MPUB invalid body size 0"),
+    (b"MPUB t\n" + I32(5242881), "E_BAD_BODY MPUB body too big 5242881 > 5242880"),
+    (b"MPUB t\n" + I32(4) + I32(0), "E_BAD_BODY MPUB invalid message count 0"),
+    (b"MPUB t\n" + I32(4) + I32(-1), "E_BAD_BODY MPUB invalid message count -1"),
+    (b"MPUB t\n" + I32(8) + I32(1) + I32(0), "E_BAD_MESSAGE MPUB invalid message(0) body size 0"),
+    (b"MPUB t\n" + I32(8) + I32(1) + I32(2000000), "E_BAD_MESSAGE MPUB message too big 2000000 > 1048576"),
+    (b"MPUB t\n" + I32(9) + I32(1) + I32(5) + b"a", "E_BAD_MESSAGE MPUB failed to read message body"),
+    (b"MPUB t\n" + I32(8) + I32(2) + I32(0), "E_BAD_MESSAGE MPUB invalid message(0) body size 0"),
+    (b"MPUB t\n" + I32(2) + b"\x00\x00", "E_BAD_BODY MPUB failed to read message count"),
+    (b"IDENTIFY\n" + I32(0), "E_BAD_BODY IDENTIFY invalid body size 0"),
+    (b"IDENTIFY\n" + I32(5242881), "E_BAD_BODY IDENTIFY body too big 5242881 > 5242880"),
+    (b"AUTH x\n", "E_INVALID AUTH invalid number of parameters"),
+    (b"AUTH\n" + I32(-1), "E_BAD_BODY AUTH invalid body size -1"),
+])
+def test_error_paths(data, expected):
+    assert error_of(data) == expected
+
+
+def test_mpub_count_bound_follows_max_body_size():
+    limits = Limits(max_body_size=104)
+    assert error_of(b"MPUB t\n" + I32(8) + I32(21) + I32(0), limits) == "E_BAD_BODY MPUB invalid message count 21"
+
+
+def test_oversized_body_is_rejected_before_it_arrives():
+    parser = CommandParser()
+    out = parser.feed(b"PUB t\n" + I32(0x7FFFFFFF))
+    assert isinstance(out[0], FatalError)
+    assert parser.feed(b"more bytes") == []  # dead after a fatal error
+
+
+def test_line_too_long_drops_connection():
+    out = feed(b"X" * (16 * 1024 + 1))
+    assert isinstance(out[-1], LineTooLong)
+
+
+def test_commands_before_an_error_are_kept():
+    out = feed(b"NOP\nPUB\n")
+    assert out[0] == (b"NOP", [b"NOP"], None)
+    assert isinstance(out[1], FatalError)
+
+
+def test_waits_for_body_size():
+    parser = CommandParser()
+    assert parser.feed(b"PUB t\n\x00\x00") == []
+    assert parser.feed(b"\x00\x01x") == [(b"PUB", [b"PUB", b"t"], b"x")]
+
+
+def test_take_buffer_returns_unparsed_bytes():
+    parser = CommandParser()
+    assert parser.feed(b"NOP\nPU") == [(b"NOP", [b"NOP"], None)]
+    assert parser.take_buffer() == b"PU"
+    assert parser.buffered == 0
+
+
+def test_parse_mpub_body_direct():
+    body = I32(2) + I32(1) + b"a" + I32(2) + b"bc"
+    assert parse_mpub_body(body, Limits()) == [b"a", b"bc"]
+
+
+def test_go_quote():
+    assert go_quote(b'a"b\\c\n') == '"a\\"b\\\\c\\n"'
+
+
+_cmd = st.one_of(
+    st.builds(lambda t, b: encode_command(b"PUB", t, body=b), st.sampled_from(["a", "b.c", "x_y-z"]),
+              st.binary(min_size=1, max_size=50)),
+    st.builds(lambda t, bs: encode_mpub(t, bs), st.sampled_from(["m"]),
+              st.lists(st.binary(min_size=1, max_size=20), min_size=1, max_size=5)),
+    st.sampled_from([b"NOP\n", b"RDY 5\n", b"CLS\n", b"FIN 0123456789abcdef\n"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_cmd, min_size=1, max_size=10), st.data())
+def test_split_anywhere_equals_one_shot(cmds, data):
+    stream = b"".join(cmds)
+    whole = CommandParser().feed(stream)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    parser = CommandParser()
+    pieces = []
+    prev = 0
+    for c in cuts + [len(stream)]:
+        pieces.extend(parser.feed(stream[prev:c]))
+        prev = c
+    assert pieces == whole
+    assert len(whole) == len(cmds)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_never_raise(blob):
+    parser = CommandParser(Limits(max_msg_size=1000, max_body_size=5000))
+    out = parser.feed(blob)
+    for item in out:
+        assert isinstance(item, (tuple, FatalError))

@@ -1,0 +1,79 @@
+"""Frames, the message encoding, ids and names on raw bytes."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from nsqpy.protocol.frames import (
+    FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, HEARTBEAT_FRAME, OK_FRAME, Frame,
+    FrameDecoder, FrameTooLarge, encode_error, encode_frame,
+)
+from nsqpy.protocol.message import (
+    IdFactory, decode_message, encode_message, encode_message_frame,
+)
+from nsqpy.protocol.names import is_ephemeral, is_valid_name
+
+
+def test_response_frames_bytes():
+    assert OK_FRAME == b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
+    assert HEARTBEAT_FRAME == struct.pack(">ii", 15, 0) + b"_heartbeat_"
+    assert encode_error(b"E_INVALID x") == struct.pack(">ii", 15, 1) + b"E_INVALID x"
+
+
+def test_message_encoding_layout():
+    raw = encode_message(b"0123456789abcdef", b"body", 1234567890123456789, 3)
+    assert raw == struct.pack(">qH", 1234567890123456789, 3) + b"0123456789abcdef" + b"body"
+    msg = decode_message(raw)
+    assert (msg.id, msg.body, msg.timestamp, msg.attempts) == (b"0123456789abcdef", b"body", 1234567890123456789, 3)
+    frame = encode_message_frame(b"0123456789abcdef", b"body", 1234567890123456789, 3)
+    assert frame == encode_frame(FRAME_TYPE_MESSAGE, raw)
+
+
+def test_decode_short_message_fails():
+    with pytest.raises(ValueError):
+        decode_message(b"x" * 25)
+
+
+def test_frame_decoder_incremental():
+    stream = OK_FRAME + encode_error(b"E_X y") + encode_message_frame(b"a" * 16, b"b", 1, 1)
+    dec = FrameDecoder()
+    frames = []
+    for i in range(len(stream)):
+        frames.extend(dec.feed(stream[i : i + 1]))
+    assert [f.frame_type for f in frames] == [FRAME_TYPE_RESPONSE, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE]
+    assert frames[0] == Frame(0, b"OK")
+
+
+def test_frame_decoder_limit():
+    with pytest.raises(FrameTooLarge):
+        FrameDecoder(max_frame_size=100).feed(struct.pack(">ii", 1000, 0))
+
+
+def test_ids_unique_monotonic_and_hex():
+    f = IdFactory(513)
+    ids = f.next_ids(10000) + [f.next_id() for _ in range(100)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    for i in ids[:5]:
+        assert len(i) == 16 and int(i, 16) >= 0
+        assert (int(i, 16) >> 12) & 0x3FF == 513
+
+
+def test_id_factory_rejects_bad_node():
+    with pytest.raises(ValueError):
+        IdFactory(1024)
+
+
+@pytest.mark.parametrize("name,ok", [
+    ("a", True), ("a.b_c-d", True), ("x" * 64, True), ("x" * 65, False), ("", False),
+    ("t#ephemeral", True), ("x" * 54 + "#ephemeral", True), ("x" * 55 + "#ephemeral", False),
+    ("a b", False), ("a#b", False), ("é", False), ("#ephemeral", False),
+])
+def test_names(name, ok):
+    assert is_valid_name(name) is ok
+
+
+def test_ephemeral():
+    assert is_ephemeral("c#ephemeral") and not is_ephemeral("c")
