@@ -1,0 +1,417 @@
+"""nsqlookupd's HTTP API on aiohttp (reference §3.4, conventions §1.4).
+
+Upstream routes with ``julienschmidt/httprouter`` v1.3.0, which is method-strict; we reproduce its
+decisions with one catch-all aiohttp route and our own table, in upstream's order: exact match;
+else (for a method that has routes) a trailing-slash or case/clean-path redirect, 301 for GET and
+307 otherwise; else ``OPTIONS`` answered with ``Allow``; else 405 ``METHOD_NOT_ALLOWED`` with
+``Allow`` when another method has the path; else 404 ``NOT_FOUND``. Query strings are parsed as
+Go's ``url.ParseQuery`` (a bad escape or a ``;`` → 400 ``INVALID_REQUEST``; first value wins).
+
+The ``/debug/pprof`` family is Go-runtime specific and is not served (404).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Any, Callable
+from urllib.parse import quote, unquote_to_bytes
+
+import orjson
+from aiohttp import web
+
+from .. import NSQ_COMPAT_VERSION
+from ..common.flags import format_duration
+from ..protocol.names import is_valid_name
+from .registration_db import GO_ZERO_TIME_UNIX_NANO, filter_active, keys, subkeys
+
+if TYPE_CHECKING:
+    from .main import NSQLookupd
+
+V1_HEADER = "X-NSQ-Content-Type"
+V1_VALUE = "nsq; version=1.0"
+JSON_TYPE = "application/json; charset=utf-8"
+
+
+class HTTPError(Exception):
+    """An API error: status code and the text of ``{"message": ...}``."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+
+# --- Go compatibility helpers -------------------------------------------------------------------
+
+_GO_HTML_ESCAPES = re.compile(rb"[<>&]|\xe2\x80[\xa8\xa9]")
+_GO_ESCAPE_MAP = {b"<": b"\\u003c", b">": b"\\u003e", b"&": b"\\u0026",
+                  b"\xe2\x80\xa8": b"\\u2028", b"\xe2\x80\xa9": b"\\u2029"}
+
+
+def go_json(obj: Any, sort_keys: bool = False) -> bytes:
+    """JSON as Go's ``encoding/json`` writes it: maps sorted by key (``sort_keys``) and
+    ``<``, ``>``, ``&``, U+2028, U+2029 escaped. Those characters can only occur inside strings,
+    so escaping the encoded bytes is exact."""
+    out = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+    if _GO_HTML_ESCAPES.search(out):
+        out = _GO_HTML_ESCAPES.sub(lambda m: _GO_ESCAPE_MAP[m.group()], out)
+    return out
+
+
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _query_unescape(text: str) -> str:
+    text = text.replace("+", " ")
+    if "%" not in text:
+        return text
+    if _BAD_ESCAPE.search(text):
+        raise ValueError("invalid URL escape")
+    return unquote_to_bytes(text).decode("utf-8", "surrogateescape")
+
+
+def parse_query(raw: str) -> dict[str, list[str]]:
+    """Go's ``url.ParseQuery``; ValueError where Go returns an error (it keeps parsing, but
+    upstream's handlers reject the request on any error, so the first one is enough)."""
+    values: dict[str, list[str]] = {}
+    if not raw:
+        return values
+    for part in raw.split("&"):
+        if ";" in part:
+            raise ValueError("invalid semicolon separator in query")
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        values.setdefault(_query_unescape(key), []).append(_query_unescape(value))
+    return values
+
+
+def clean_path(path: str) -> str:
+    """httprouter's ``CleanPath``: Go's ``path.Clean`` keeping a trailing slash, rooted."""
+    if not path:
+        return "/"
+    if path[0] != "/":
+        path = "/" + path
+    trailing = len(path) > 1 and path.endswith("/")
+    parts: list[str] = []
+    for seg in path.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(seg)
+    out = "/" + "/".join(parts)
+    if trailing and out != "/":
+        out += "/"
+    return out
+
+
+def _html_escape(text: str) -> str:
+    """Go's ``html.EscapeString`` (numeric entities for quotes, unlike Python's)."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&#34;").replace("'", "&#39;"))
+
+
+def _params(request: web.Request) -> dict[str, list[str]]:
+    try:
+        return parse_query(request.rel_url.raw_query_string)
+    except ValueError:
+        raise HTTPError(400, "INVALID_REQUEST") from None
+
+
+def _get(params: dict[str, list[str]], key: str) -> str | None:
+    v = params.get(key)
+    return v[0] if v is not None else None
+
+
+def _topic_channel_args(params: dict[str, list[str]]) -> tuple[str, str]:
+    """Upstream's ``http_api.GetTopicChannelArgs``."""
+    topic = _get(params, "topic")
+    if topic is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_name(topic):
+        raise HTTPError(400, "INVALID_ARG_TOPIC")
+    channel = _get(params, "channel")
+    if channel is None:
+        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_name(channel):
+        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+    return topic, channel
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+Handler = Callable[[web.Request], Any]
+_PLAIN, _V1 = 0, 1
+
+
+class HTTPServer:
+    def __init__(self, lookupd: "NSQLookupd") -> None:
+        self.lookupd = lookupd
+        self.db = lookupd.db
+        self.logger = lookupd.logger
+        self.routes: dict[str, dict[str, tuple[Handler, int]]] = {}
+        self.trees: dict[str, set[str]] = {}
+        for method, path, handler, kind in (
+            ("GET", "/ping", self.ping, _PLAIN),
+            ("GET", "/info", self.info, _V1),
+            ("GET", "/debug", self.debug, _V1),
+            ("GET", "/lookup", self.lookup, _V1),
+            ("GET", "/topics", self.topics, _V1),
+            ("GET", "/channels", self.channels, _V1),
+            ("GET", "/nodes", self.nodes, _V1),
+            ("POST", "/topic/create", self.create_topic, _V1),
+            ("POST", "/topic/delete", self.delete_topic, _V1),
+            ("POST", "/channel/create", self.create_channel, _V1),
+            ("POST", "/channel/delete", self.delete_channel, _V1),
+            ("POST", "/topic/tombstone", self.tombstone_topic_producer, _V1),
+        ):
+            self.routes.setdefault(path, {})[method] = (handler, kind)
+            self.trees.setdefault(method, set()).add(path)
+        self._info_body = go_json({"version": NSQ_COMPAT_VERSION})
+
+    def make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return app
+
+    # --- routing --------------------------------------------------------------------------------
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        start = time.perf_counter()
+        method = request.method
+        path = request.path
+        methods = self.routes.get(path)
+        entry = methods.get(method) if methods is not None else None
+        if entry is not None:
+            response = self._call(entry, request)
+        else:
+            response = self._unrouted(request, method, path)
+        if self.lookupd.log_info:
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            remote = f"{peer[0]}:{peer[1]}" if peer else "?"
+            self.logger.info("%d %s %s (%s) %s", response.status, method, request.raw_path,
+                             remote, format_duration(time.perf_counter() - start))
+        return response
+
+    def _call(self, entry: tuple[Handler, int], request: web.Request) -> web.Response:
+        handler, kind = entry
+        try:
+            data = handler(request)
+        except HTTPError as err:
+            return v1_error(err.code, err.text)
+        except Exception as err:  # upstream's PanicHandler
+            self.logger.error("panic in HTTP handler - %s", err)
+            return v1_error(500, "INTERNAL_ERROR")
+        if kind == _PLAIN:
+            return web.Response(body=data, headers={"Content-Type": "text/plain; charset=utf-8"})
+        if data is None:
+            return web.Response(headers={V1_HEADER: V1_VALUE})
+        return web.Response(body=data, headers={V1_HEADER: V1_VALUE, "Content-Type": JSON_TYPE})
+
+    def _unrouted(self, request: web.Request, method: str, path: str) -> web.Response:
+        tree = self.trees.get(method)
+        if tree is not None and method != "CONNECT" and path != "/":
+            if len(path) > 1 and path.endswith("/"):
+                alt = path[:-1]
+            else:
+                alt = path + "/"
+            if alt in tree:
+                return self._redirect(request, method, alt)
+            fixed = self._case_insensitive(tree, clean_path(path))
+            if fixed is not None:
+                return self._redirect(request, method, fixed)
+        allow = self._allowed(path, method)
+        if method == "OPTIONS":
+            if allow:
+                return web.Response(headers={"Allow": allow})
+        elif allow:
+            response = v1_error(405, "METHOD_NOT_ALLOWED")
+            response.headers["Allow"] = allow
+            return response
+        return v1_error(404, "NOT_FOUND")
+
+    @staticmethod
+    def _case_insensitive(tree: set[str], path: str) -> str | None:
+        low = path.lower()
+        alt = low[:-1] if len(low) > 1 and low.endswith("/") else low + "/"
+        for candidate in (low, alt):
+            for route in tree:
+                if route.lower() == candidate:
+                    return route
+        return None
+
+    def _allowed(self, path: str, method: str) -> str:
+        methods = self.routes.get(path)
+        if not methods:
+            return ""
+        allowed = [m for m in methods if m != method and m != "OPTIONS"]
+        if not allowed:
+            return ""
+        allowed.append("OPTIONS")
+        return ", ".join(sorted(allowed))
+
+    @staticmethod
+    def _redirect(request: web.Request, method: str, new_path: str) -> web.Response:
+        """``http.Redirect`` to the fixed path, keeping the query string."""
+        code = 301 if method == "GET" else 307
+        location = quote(new_path, safe="/:@!$&'()*+,;=-._~")
+        raw_query = request.rel_url.raw_query_string
+        if raw_query:
+            location += "?" + raw_query
+        headers = {"Location": location}
+        body = b""
+        if method in ("GET", "HEAD"):
+            headers["Content-Type"] = "text/html; charset=utf-8"
+        if method == "GET":
+            text = "Moved Permanently" if code == 301 else "Temporary Redirect"
+            body = f'<a href="{_html_escape(location)}">{text}</a>.\n\n'.encode()
+        return web.Response(status=code, body=body, headers=headers)
+
+    # --- handlers: return bytes (JSON) / None (empty 200) or raise HTTPError -------------------
+
+    def ping(self, request: web.Request) -> bytes:
+        return b"OK"
+
+    def info(self, request: web.Request) -> bytes:
+        return self._info_body
+
+    def topics(self, request: web.Request) -> bytes:
+        return go_json({"topics": keys(self.db.find_registrations("topic", "*", ""))})
+
+    def channels(self, request: web.Request) -> bytes:
+        params = _params(request)
+        topic = _get(params, "topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        return go_json({"channels": subkeys(self.db.find_registrations("channel", topic, "*"))})
+
+    def lookup(self, request: web.Request) -> bytes:
+        params = _params(request)
+        topic = _get(params, "topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        db = self.db
+        if not db.find_registrations("topic", topic, ""):
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        lookupd = self.lookupd
+        channels = subkeys(db.find_registrations("channel", topic, "*"))
+        producers = filter_active(db.find_producers("topic", topic, ""),
+                                  lookupd.inactive_timeout_ns, lookupd.tombstone_lifetime_ns)
+        return go_json({"channels": channels, "producers": [p.peer.to_json() for p in producers]})
+
+    def nodes(self, request: web.Request) -> bytes:
+        db = self.db
+        lookupd = self.lookupd
+        now = time.time_ns()
+        lifetime = lookupd.tombstone_lifetime_ns
+        # tombstoned producers are listed (lifetime 0), with their tombstones per topic
+        producers = filter_active(db.find_producers("client", "", ""),
+                                  lookupd.inactive_timeout_ns, 0, now)
+        nodes = []
+        for p in producers:
+            peer = p.peer
+            topics = [reg[1] for reg in db.lookup_registrations(peer.id)
+                      if reg[0] == "topic" and reg[2] == ""]
+            tombstones = []
+            for topic in topics:
+                tp = db.producers_of(("topic", topic, "")).get(peer.id)
+                tombstones.append(tp is not None and tp.peer is peer
+                                  and tp.is_tombstoned(lifetime, now))
+            nodes.append({
+                "remote_address": peer.remote_address,
+                "hostname": peer.hostname,
+                "broadcast_address": peer.broadcast_address,
+                "tcp_port": peer.tcp_port,
+                "http_port": peer.http_port,
+                "version": peer.version,
+                "topology_zone": peer.topology_zone,
+                "topology_region": peer.topology_region,
+                "tombstones": tombstones,
+                "topics": topics,
+            })
+        return go_json({"producers": nodes})
+
+    def debug(self, request: web.Request) -> bytes:
+        data: dict[str, list[dict[str, Any]]] = {}
+        for reg, producers in self.db.items():
+            if not producers:
+                continue  # upstream only creates a key when appending a producer
+            data[f"{reg[0]}:{reg[1]}:{reg[2]}"] = [
+                {
+                    "id": p.peer.id,
+                    "hostname": p.peer.hostname,
+                    "broadcast_address": p.peer.broadcast_address,
+                    "tcp_port": p.peer.tcp_port,
+                    "http_port": p.peer.http_port,
+                    "version": p.peer.version,
+                    "topology_zone": p.peer.topology_zone,
+                    "topology_region": p.peer.topology_region,
+                    "last_update": p.peer.last_update,
+                    "tombstoned": p.tombstoned,
+                    "tombstoned_at": p.tombstoned_at if p.tombstoned else GO_ZERO_TIME_UNIX_NANO,
+                }
+                for p in producers.values()
+            ]
+        return go_json(data, sort_keys=True)
+
+    def create_topic(self, request: web.Request) -> None:
+        params = _params(request)
+        topic = _get(params, "topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_name(topic):
+            raise HTTPError(400, "INVALID_ARG_TOPIC")
+        self.logger.info("DB: adding topic(%s)", topic)
+        self.db.add_registration(("topic", topic, ""))
+
+    def delete_topic(self, request: web.Request) -> None:
+        params = _params(request)
+        topic = _get(params, "topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        db = self.db
+        for reg in db.find_registrations("channel", topic, "*"):
+            self.logger.info("DB: removing channel(%s) from topic(%s)", reg[2], topic)
+            db.remove_registration(reg)
+        for reg in db.find_registrations("topic", topic, ""):
+            self.logger.info("DB: removing topic(%s)", topic)
+            db.remove_registration(reg)
+
+    def tombstone_topic_producer(self, request: web.Request) -> None:
+        params = _params(request)
+        topic = _get(params, "topic")
+        if topic is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        node = _get(params, "node")
+        if node is None:
+            raise HTTPError(400, "MISSING_ARG_NODE")
+        self.logger.info("DB: setting tombstone for producer@%s of topic(%s)", node, topic)
+        now = time.time_ns()
+        for p in self.db.find_producers("topic", topic, ""):
+            if f"{p.peer.broadcast_address}:{p.peer.http_port}" == node:
+                p.tombstone(now)
+
+    def create_channel(self, request: web.Request) -> None:
+        topic, channel = _topic_channel_args(_params(request))
+        self.logger.info("DB: adding channel(%s) in topic(%s)", channel, topic)
+        self.db.add_registration(("channel", topic, channel))
+        self.logger.info("DB: adding topic(%s)", topic)
+        self.db.add_registration(("topic", topic, ""))
+
+    def delete_channel(self, request: web.Request) -> None:
+        topic, channel = _topic_channel_args(_params(request))
+        regs = self.db.find_registrations("channel", topic, channel)
+        if not regs:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        self.logger.info("DB: removing channel(%s) from topic(%s)", channel, topic)
+        for reg in regs:
+            self.db.remove_registration(reg)
+
+
+def v1_error(code: int, text: str) -> web.Response:
+    return web.Response(status=code, body=go_json({"message": text}),
+                        headers={V1_HEADER: V1_VALUE, "Content-Type": JSON_TYPE})

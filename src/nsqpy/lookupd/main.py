@@ -1,0 +1,153 @@
+"""``nsqlookupd`` console script and the :class:`NSQLookupd` that ties DB, TCP and HTTP together.
+
+Both listeners run on one event loop (uvloop when importable) and share the registration DB
+without locks. SIGINT/SIGTERM close the listeners and every client, then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+
+from aiohttp import web
+
+from .. import NSQ_COMPAT_VERSION, __version__
+from ..common.addr import join_host_port, split_host_port
+from ..common.flags import FlagError
+from ..common.log import make_logger
+from ..protocol.lookup import encode_response
+from .http import HTTPServer, go_json
+from .options import Options, parse_options
+from .registration_db import RegistrationDB
+from .tcp import TCPServer
+
+
+def version_string() -> str:
+    return f"nsqlookupd v{NSQ_COMPAT_VERSION} (built w/nsqpy {__version__})"
+
+
+def listen_socket(addr: str) -> socket.socket:
+    """A listening TCP socket for ``host:port`` (empty host: every interface, as Go does)."""
+    host, port = split_host_port(addr)
+    if not host:
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True,
+                                        backlog=1024)
+        host = "0.0.0.0"
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, sockaddr = infos[0]
+    return socket.create_server(sockaddr[:2], family=family, backlog=1024)
+
+
+def _sock_addr(sock: socket.socket) -> str:
+    name = sock.getsockname()
+    return join_host_port(name[0], name[1])
+
+
+class NSQLookupd:
+    """One nsqlookupd: options, logger, the registration DB and both listeners."""
+
+    def __init__(self, opts: Options, logger: logging.Logger) -> None:
+        self.opts = opts
+        self.logger = logger
+        self.db = RegistrationDB()
+        #: level checks hoisted out of the hot paths (the level cannot change at run time)
+        self.log_info = logger.isEnabledFor(logging.INFO)
+        self.inactive_timeout_ns = round(opts.inactive_producer_timeout * 1e9)
+        self.tombstone_lifetime_ns = round(opts.tombstone_lifetime * 1e9)
+        self.identify_response = b""
+        self.tcp_address = ""
+        self.http_address = ""
+        self._tcp_sock: socket.socket | None = None
+        self._http_sock: socket.socket | None = None
+        self._tcp = TCPServer(self)
+        self._http_runner: web.AppRunner | None = None
+
+    def bind(self) -> None:
+        """Open both listening sockets; OSError/ValueError with upstream's message on failure."""
+        for attr, addr in (("_tcp_sock", self.opts.tcp_address),
+                           ("_http_sock", self.opts.http_address)):
+            try:
+                setattr(self, attr, listen_socket(addr))
+            except (OSError, ValueError) as err:
+                raise OSError(f"listen ({addr}) failed - {err}") from None
+        assert self._tcp_sock is not None and self._http_sock is not None
+        self.tcp_address = _sock_addr(self._tcp_sock)
+        self.http_address = _sock_addr(self._http_sock)
+        # upstream marshals a map, so the keys come out sorted
+        self.identify_response = encode_response(go_json({
+            "broadcast_address": self.opts.broadcast_address,
+            "hostname": socket.gethostname(),
+            "http_port": self._http_sock.getsockname()[1],
+            "tcp_port": self._tcp_sock.getsockname()[1],
+            "version": NSQ_COMPAT_VERSION,
+        }, sort_keys=True))
+
+    async def start(self) -> None:
+        self.logger.info("%s", version_string())
+        self.bind()
+        await self._tcp.start(self._tcp_sock)
+        self.logger.info("TCP: listening on %s", self.tcp_address)
+        runner = web.AppRunner(HTTPServer(self).make_app(), access_log=None,
+                               handle_signals=False, shutdown_timeout=1.0)
+        await runner.setup()
+        self._http_runner = runner
+        await web.SockSite(runner, self._http_sock, shutdown_timeout=1.0).start()
+        self.logger.info("HTTP: listening on %s", self.http_address)
+
+    async def close(self) -> None:
+        if self._tcp_sock is not None:
+            await self._tcp.close()
+            self.logger.info("TCP: closing %s", self.tcp_address)
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+            self.logger.info("HTTP: closing %s", self.http_address)
+        for sock in (self._tcp_sock, self._http_sock):
+            if sock is not None:
+                sock.close()
+
+
+async def serve(opts: Options) -> int:
+    logger = make_logger("nsqlookupd", opts.log_prefix, opts.log_level)
+    lookupd = NSQLookupd(opts, logger)
+    try:
+        await lookupd.start()
+    except OSError as err:
+        logger.critical("failed to instantiate nsqlookupd - %s", err)
+        await lookupd.close()
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await lookupd.close()
+    return 0
+
+
+def _run(coro) -> int:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        opts = parse_options(args)
+    except FlagError as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    if opts.version:
+        print(version_string())
+        return 0
+    return _run(serve(opts))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
