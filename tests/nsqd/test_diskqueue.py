@@ -992,7 +992,7 @@ ops = st.lists(
 
 
 @pytest.mark.timeout(120)
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=ops, max_bytes=st.sampled_from([300, 1000, 5000]),
        sync_every=st.sampled_from([1, 3, 1000]))
