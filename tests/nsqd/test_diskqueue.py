@@ -6,7 +6,6 @@ import errno
 import logging
 import os
 import re
-import resource
 import signal
 import struct
 import subprocess
@@ -14,7 +13,6 @@ import sys
 import textwrap
 import time
 import uuid
-from collections import deque
 from pathlib import Path
 
 import pytest
