@@ -1,0 +1,209 @@
+"""NSQConnection against scripted peers: the cases a real nsqd produces only by timing luck
+(an upgrade's first compressed bytes arriving in the same read as the IDENTIFY answer, frames
+cut anywhere, a fatal error in the middle of a pipeline)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsqpy.client import ConnectionClosedError, NSQConnection, NSQErrorResponse
+from nsqpy.client.compression import DeflateCodec, SnappyCodec
+from nsqpy.client.options import ConnectionOptions
+from nsqpy.protocol.frames import encode_error, encode_response
+from nsqpy.protocol.message import encode_message_frame
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class FakeNsqd:
+    """Reads commands, answers with a script. ``codec`` is switched on right after IDENTIFY."""
+
+    def __init__(self, identify: dict, codec=None, fail_pub_at: int | None = None) -> None:
+        self.identify = identify
+        self.codec_factory = codec
+        self.fail_pub_at = fail_pub_at
+        self.commands: list[bytes] = []
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert await reader.readexactly(4) == b"  V2"
+        assert await reader.readline() == b"IDENTIFY\n"
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        self.client_identify = orjson.loads(await reader.readexactly(size))
+        answer = encode_response(orjson.dumps(self.identify))
+        codec = self.codec_factory() if self.codec_factory else None
+        if codec is not None:
+            # JSON in clear, then the OK already compressed, in a single write
+            writer.write(answer + codec.encode(encode_response(b"OK") + encode_response(b"_heartbeat_")))
+        else:
+            writer.write(answer)
+        await writer.drain()
+        pending = b""
+        pubs = 0
+
+        async def read_some() -> bytes:
+            data = await reader.read(65536)
+            if not data:
+                raise EOFError
+            return codec.decode(data) if codec else data
+
+        try:
+            while True:
+                while b"\n" not in pending:
+                    pending += await read_some()
+                line, _, pending = pending.partition(b"\n")
+                self.commands.append(line)
+                if line.startswith(b"PUB "):
+                    while len(pending) < 4:
+                        pending += await read_some()
+                    size = struct.unpack(">i", pending[:4])[0]
+                    while len(pending) < 4 + size:
+                        pending += await read_some()
+                    pending = pending[4 + size :]
+                    pubs += 1
+                    if pubs == self.fail_pub_at:
+                        out = encode_error(b"E_BAD_TOPIC PUB topic name \"x\" is not valid")
+                        writer.write(codec.encode(out) if codec else out)
+                        await writer.drain()
+                        writer.close()
+                        return
+                    out = encode_response(b"OK")
+                    writer.write(codec.encode(out) if codec else out)
+                elif line.startswith(b"FIN "):
+                    out = encode_error(b"E_FIN_FAILED FIN " + line[4:] + b" failed ID not in flight")
+                    writer.write(codec.encode(out) if codec else out)
+        except (EOFError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize("kind", ["snappy", "deflate"])
+async def test_upgrade_bytes_in_same_read_as_identify_answer(kind):
+    identify = {"max_rdy_count": 2500, kind: True, "deflate_level": 6}
+    codec = SnappyCodec if kind == "snappy" else (lambda: DeflateCodec(6))
+    fake = FakeNsqd(identify, codec)
+    port = await fake.start()
+    try:
+        conn = NSQConnection("127.0.0.1", port, ConnectionOptions(**{kind: True}))
+        resp = await conn.connect()
+        assert resp[kind] is True
+        assert fake.client_identify[kind] is True
+        assert fake.client_identify["user_agent"].startswith("nsqpy/")
+        await asyncio.gather(*(conn.publish("t", b"m%d" % i) for i in range(50)))
+        await asyncio.sleep(0.05)
+        assert fake.commands[0] == b"NOP"  # heartbeat answered, through the compressor
+        assert sum(1 for c in fake.commands if c.startswith(b"PUB")) == 50
+        conn.close()
+        await conn.wait_closed()
+    finally:
+        await fake.stop()
+
+
+async def test_fatal_error_mid_pipeline_marks_the_rest_unprocessed():
+    fake = FakeNsqd({"max_rdy_count": 2500}, fail_pub_at=5)
+    port = await fake.start()
+    try:
+        conn = NSQConnection("127.0.0.1", port)
+        await conn.connect()
+        results = await asyncio.gather(
+            *(conn.publish("t", b"x") for i in range(10)), return_exceptions=True
+        )
+        assert results[:4] == [None] * 4
+        assert isinstance(results[4], NSQErrorResponse) and results[4].code == "E_BAD_TOPIC"
+        assert results[4].fatal
+        for r in results[5:]:
+            assert isinstance(r, ConnectionClosedError) and r.unprocessed
+        await conn.wait_closed()
+        assert isinstance(conn.close_reason, NSQErrorResponse)
+    finally:
+        await fake.stop()
+
+
+async def test_non_fatal_error_does_not_consume_a_waiter():
+    fake = FakeNsqd({"max_rdy_count": 2500})
+    port = await fake.start()
+    errors = []
+    try:
+        conn = NSQConnection("127.0.0.1", port, on_error=lambda c, e: errors.append(e))
+        await conn.connect()
+        conn.send(b"FIN 0123456789abcdef\n")
+        await conn.publish("t", b"after a failed FIN")  # still gets its own OK
+        assert [e.code for e in errors] == ["E_FIN_FAILED"]
+        assert not errors[0].fatal
+        conn.close()
+    finally:
+        await fake.stop()
+
+
+class _NullTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+
+    def write(self, data) -> None:
+        self.written.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+frames = st.lists(
+    st.one_of(
+        st.tuples(st.just("msg"), st.binary(max_size=300), st.integers(1, 65535)),
+        st.tuples(st.just("hb"), st.just(b""), st.just(0)),
+    ),
+    max_size=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(items=frames, cuts=st.lists(st.integers(0, 10**5), max_size=15))
+def test_frames_split_anywhere(items, cuts):
+    async def run() -> None:
+        got = []
+        conn = NSQConnection("127.0.0.1", 1, on_message=got.append)
+        transport = _NullTransport()
+        conn.connection_made(transport)
+        stream = b""
+        expected = []
+        for i, (kind, body, attempts) in enumerate(items):
+            if kind == "msg":
+                msg_id = b"%016x" % i
+                stream += encode_message_frame(msg_id, body, 1700000000000000000 + i, attempts)
+                expected.append((msg_id, body, attempts))
+            else:
+                stream += encode_response(b"_heartbeat_")
+        points = sorted({c % (len(stream) + 1) for c in cuts}) + [len(stream)]
+        prev = 0
+        for p in points:
+            conn.data_received(stream[prev:p])
+            prev = p
+        assert [(m.id, m.body, m.attempts) for m in got] == expected
+        assert conn.in_flight == len(expected)
+        await asyncio.sleep(0)
+        nops = b"".join(transport.written).count(b"NOP\n")
+        assert nops == sum(1 for k, _, _ in items if k == "hb")
+
+    asyncio.run(run())
