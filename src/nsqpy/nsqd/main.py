@@ -30,8 +30,19 @@ def install_event_loop_policy() -> None:
 
 def tune_gc() -> None:
     """Queued messages are GC-untracked tuples; raise thresholds so young-gen sweeps stay rare."""
-    gc.freeze()
     gc.set_threshold(50_000, 50, 100)
+
+
+def release_startup_memory() -> None:
+    """After imports and start-up: freeze what lives forever and give freed heap back to the OS."""
+    gc.collect()
+    gc.freeze()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 async def _serve(opts) -> int:
@@ -48,6 +59,7 @@ async def _serve(opts) -> int:
     except Exception as err:  # a bad data dir or lock: say so and exit non-zero
         logger.critical("failed to start - %s", err)
         return 1
+    release_startup_memory()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..common.addr import is_unix_socket, split_host_port
 from ..protocol.commands import Limits
 from ..protocol.message import MESSAGE_HEADER_SIZE, IdFactory
+from .diskqueue import DiskQueue, DummyQueue
 from .options import Options
 from .topic import Topic
 
@@ -67,10 +68,6 @@ class NSQD:
     # --- backends ------------------------------------------------------------------------------
 
     def make_backend(self, name: str, ephemeral: bool) -> Any:
-        try:
-            from .diskqueue import DiskQueue, DummyQueue
-        except ImportError:  # TEMPORARY until the disk queue lands
-            from ._tmp_memqueue import DiskQueue, DummyQueue  # type: ignore
 
         if ephemeral:
             return DummyQueue()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import zlib
 
-import cramjam
-
 _SNAPPY_STREAM_ID = b"\xff\x06\x00\x00sNaPpY"
 _MAX_SNAPPY_CHUNK = 1 << 24
 
@@ -22,6 +20,9 @@ class SnappyCodec:
     """Snappy framing format (what golang/snappy's Reader/Writer and python-snappy speak)."""
 
     def __init__(self) -> None:
+        import cramjam  # imported on first use: most servers never negotiate snappy (idle RSS)
+
+        self._snappy = cramjam.snappy
         self._compressor = cramjam.snappy.Compressor()
         self._inbuf = bytearray()
 
@@ -44,7 +45,7 @@ class SnappyCodec:
             pos += 4 + length
             if chunk_type == 0x00:  # compressed: 4-byte masked crc32c, then raw snappy
                 try:
-                    out.append(bytes(cramjam.snappy.decompress_raw(body[4:])))
+                    out.append(bytes(self._snappy.decompress_raw(body[4:])))
                 except Exception as err:  # cramjam raises its own DecompressionError
                     raise CompressionError(f"snappy: corrupt chunk - {err}") from None
             elif chunk_type == 0x01:  # uncompressed: crc then data
