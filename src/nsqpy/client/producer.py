@@ -89,7 +89,7 @@ class Producer:
         the keepers go on trying in the background either way.
         """
         self._start()
-        if self._conns:
+        if self._pick() is not None:
             return
         assert self._ready is not None
         try:
@@ -168,13 +168,17 @@ class Producer:
     # --- publishing -------------------------------------------------------------------------
 
     def _pick(self) -> NSQConnection | None:
+        """Next usable connection, round-robin; unusable ones leave the rotation at once
+        (their keeper reconnects), so nobody spins on a connection that is going away."""
         conns = self._conns
-        n = len(conns)
-        for _ in range(n):
-            self._rr = (self._rr + 1) % n
+        while conns:
+            self._rr = (self._rr + 1) % len(conns)
             conn = conns[self._rr]
             if conn.is_usable:
                 return conn
+            conns.pop(self._rr)
+        if self._ready is not None:
+            self._ready.clear()
         return None
 
     async def _send(self, data: bytes) -> None:
