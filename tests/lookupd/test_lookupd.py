@@ -596,3 +596,30 @@ def test_no_processes_left_behind(lookupd_factory):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_wildcards_behave_like_upstream(lookupd, v1):
+    """Upstream's DB treats "*" as a wildcard and the read/delete endpoints do not validate names."""
+    a = v1(lookupd.tcp_port)
+    a.identify(broadcast_address="10.0.0.1", http_port=4151)
+    b = v1(lookupd.tcp_port)
+    b.identify(broadcast_address="10.0.0.2", http_port=4151)
+    assert a.command("REGISTER t1 c1") == b"OK"
+    assert b.command("REGISTER t2 c2") == b"OK"
+    doc = lookupd.get("/lookup?topic=*").json()
+    assert sorted(doc["channels"]) == ["c1", "c2"]
+    assert sorted(p["broadcast_address"] for p in doc["producers"]) == ["10.0.0.1", "10.0.0.2"]
+    assert sorted(lookupd.get("/channels?topic=*").json()["channels"]) == ["c1", "c2"]
+    assert_v1_empty(lookupd.post("/topic/tombstone?topic=*&node=10.0.0.2:4151"))
+    assert [p["broadcast_address"] for p in lookupd.get("/lookup?topic=t2").json()["producers"]] == []
+    assert_v1_empty(lookupd.post("/topic/delete?topic=*"))
+    assert lookupd.get("/topics").json() == {"topics": []}
+    assert lookupd.get("/channels?topic=*").json() == {"channels": []}
+    assert a.command("PING") == b"OK" and b.command("PING") == b"OK"
+
+
+def test_connect_and_close_without_magic(lookupd):
+    with socket.create_connection(("127.0.0.1", lookupd.tcp_port), timeout=5):
+        pass
+    helpers_wait(lambda: "failed to read protocol version" in lookupd.log())
+    assert lookupd.get("/ping").status == 200

@@ -23,7 +23,7 @@ from aiohttp import web
 from .. import NSQ_COMPAT_VERSION
 from ..common.flags import format_duration
 from ..protocol.names import is_valid_name
-from .registration_db import GO_ZERO_TIME_UNIX_NANO, filter_active, keys, subkeys
+from .registration_db import GO_ZERO_TIME_UNIX_NANO, PeerInfo, filter_active, keys, subkeys
 
 if TYPE_CHECKING:
     from .main import NSQLookupd
@@ -107,6 +107,14 @@ def clean_path(path: str) -> str:
     if trailing and out != "/":
         out += "/"
     return out
+
+
+def peer_json(peer: PeerInfo) -> bytes:
+    """A producer's ``PeerInfo`` JSON, encoded once per peer."""
+    data = peer.json
+    if data is None:
+        data = peer.json = go_json(peer.to_json())
+    return data
 
 
 def _html_escape(text: str) -> str:
@@ -301,7 +309,9 @@ class HTTPServer:
         channels = subkeys(db.find_registrations("channel", topic, "*"))
         producers = filter_active(db.find_producers("topic", topic, ""),
                                   lookupd.inactive_timeout_ns, lookupd.tombstone_lifetime_ns)
-        return go_json({"channels": channels, "producers": [p.peer.to_json() for p in producers]})
+        # {"channels":[...],"producers":[...]} assembled from each peer's cached encoding
+        return b'{"channels":%s,"producers":[%s]}' % (
+            orjson.dumps(channels), b",".join([peer_json(p.peer) for p in producers]))
 
     def nodes(self, request: web.Request) -> bytes:
         db = self.db
@@ -314,26 +324,15 @@ class HTTPServer:
         nodes = []
         for p in producers:
             peer = p.peer
-            topics = [reg[1] for reg in db.lookup_registrations(peer.id)
-                      if reg[0] == "topic" and reg[2] == ""]
-            tombstones = []
-            for topic in topics:
-                tp = db.producers_of(("topic", topic, "")).get(peer.id)
-                tombstones.append(tp is not None and tp.peer is peer
-                                  and tp.is_tombstoned(lifetime, now))
-            nodes.append({
-                "remote_address": peer.remote_address,
-                "hostname": peer.hostname,
-                "broadcast_address": peer.broadcast_address,
-                "tcp_port": peer.tcp_port,
-                "http_port": peer.http_port,
-                "version": peer.version,
-                "topology_zone": peer.topology_zone,
-                "topology_region": peer.topology_region,
-                "tombstones": tombstones,
-                "topics": topics,
-            })
-        return go_json({"producers": nodes})
+            memberships = db.topic_memberships(peer.id)
+            topics = [topic for topic, _ in memberships]
+            tombstones = [tp.tombstoned and now - tp.tombstoned_at < lifetime
+                          for _, tp in memberships]
+            # a node is the PeerInfo fields followed by "tombstones" and "topics" (valid names
+            # never need Go's HTML escaping)
+            nodes.append(b'%s,"tombstones":%s,"topics":%s}' % (
+                peer_json(peer)[:-1], orjson.dumps(tombstones), orjson.dumps(topics)))
+        return b'{"producers":[%s]}' % b",".join(nodes)
 
     def debug(self, request: web.Request) -> bytes:
         data: dict[str, list[dict[str, Any]]] = {}

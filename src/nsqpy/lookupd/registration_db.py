@@ -24,7 +24,8 @@ class PeerInfo:
     """One identified TCP client (an nsqd), shared by all of its producers."""
 
     __slots__ = ("id", "remote_address", "hostname", "broadcast_address", "tcp_port",
-                 "http_port", "version", "topology_zone", "topology_region", "last_update")
+                 "http_port", "version", "topology_zone", "topology_region", "last_update",
+                 "json")
 
     def __init__(self, peer_id: str, remote_address: str = "", hostname: str = "",
                  broadcast_address: str = "", tcp_port: int = 0, http_port: int = 0,
@@ -40,6 +41,9 @@ class PeerInfo:
         self.topology_zone = topology_zone
         self.topology_region = topology_region
         self.last_update = last_update  # unix ns of the last IDENTIFY/PING
+        #: encoded :meth:`to_json`, cached by the HTTP layer (the fields never change after
+        #: IDENTIFY, and /lookup would otherwise re-encode every producer on every request)
+        self.json: bytes | None = None
 
     def to_json(self) -> dict:
         """Upstream's ``PeerInfo`` JSON (field order as Go's struct)."""
@@ -180,6 +184,12 @@ class RegistrationDB:
     def lookup_registrations(self, peer_id: str) -> list[Registration]:
         return list(self._by_peer.get(peer_id, ()))
 
+    def topic_memberships(self, peer_id: str) -> list[tuple[str, Producer]]:
+        """(topic, this peer's producer in ``topic:T``) for every topic the peer is in (/nodes)."""
+        m = self._map
+        return [(k[1], m[k][peer_id]) for k in self._by_peer.get(peer_id, ())
+                if k[0] == "topic" and k[2] == ""]
+
     def items(self) -> Iterator[tuple[Registration, dict[str, Producer]]]:
         return iter(self._map.items())
 
@@ -197,6 +207,7 @@ def filter_active(producers: Iterable[Producer], inactive_timeout_ns: int,
     """Upstream's ``FilterByActive``: drop producers silent for longer than the timeout, and
     those tombstoned within the lifetime (a lifetime of 0 keeps tombstoned ones)."""
     now = time.time_ns() if now_ns is None else now_ns
+    oldest = now - inactive_timeout_ns
     return [p for p in producers
-            if now - p.peer.last_update <= inactive_timeout_ns
-            and not p.is_tombstoned(tombstone_lifetime_ns, now)]
+            if p.peer.last_update >= oldest
+            and not (p.tombstoned and now - p.tombstoned_at < tombstone_lifetime_ns)]

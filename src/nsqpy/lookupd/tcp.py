@@ -61,6 +61,12 @@ class LookupV1Protocol(asyncio.Protocol):
             self._execute(results)
 
     def eof_received(self) -> bool:
+        if self._parser.magic is None and not self._done:
+            # closed before the 4 magic bytes: upstream never starts an IOLoop for it
+            self._done = True
+            self._parser.eof()
+            self._lookupd.logger.error("failed to read protocol version - EOF")
+            return False
         results = self._parser.eof()
         if results:
             self._execute(results)
@@ -70,7 +76,10 @@ class LookupV1Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
-        if not self._done:
+        if not self._done and self._parser.magic is None:
+            self._done = True
+            self._lookupd.logger.error("failed to read protocol version - %s", exc or "EOF")
+        elif not self._done:
             self._finish(str(exc) if exc else "EOF")
 
     def pause_writing(self) -> None:
