@@ -207,3 +207,76 @@ def test_frames_split_anywhere(items, cuts):
         assert nops == sum(1 for k, _, _ in items if k == "hb")
 
     asyncio.run(run())
+
+
+async def test_silent_peer_is_dropped_after_read_timeout():
+    async def silent(reader, writer):
+        await reader.readexactly(4)
+        await reader.readline()
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        await reader.readexactly(size)
+        writer.write(encode_response(orjson.dumps({"max_rdy_count": 10})))
+        await asyncio.sleep(5)  # then nothing, not even heartbeats
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        conn = NSQConnection("127.0.0.1", port, ConnectionOptions(read_timeout=0.3))
+        await conn.connect()
+        assert conn.max_rdy_count == 10
+        await asyncio.wait_for(conn.wait_closed(), 3)
+        assert "nothing read" in str(conn.close_reason)
+    finally:
+        server.close()
+
+
+async def test_connect_refused_and_timeout():
+    from helpers.servers import free_port
+
+    with pytest.raises(OSError):
+        await NSQConnection("127.0.0.1", free_port()).connect()
+
+    async def mute(reader, writer):
+        try:
+            await asyncio.sleep(3)
+        except asyncio.CancelledError:
+            pass
+
+    server = await asyncio.start_server(mute, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        conn = NSQConnection("127.0.0.1", port, ConnectionOptions(connect_timeout=0.3))
+        with pytest.raises(ConnectionError):
+            await conn.connect()
+        await asyncio.wait_for(conn.wait_closed(), 1)
+    finally:
+        server.close()
+
+
+def test_addresses():
+    from nsqpy.client.addr import format_address, normalize, parse_address
+
+    assert parse_address("127.0.0.1:4150") == ("127.0.0.1", 4150)
+    assert parse_address("[::1]:4150") == ("::1", 4150)
+    assert parse_address("host", 4150) == ("host", 4150)
+    assert parse_address("::1", 4150) == ("::1", 4150)
+    assert format_address("::1", 1) == "[::1]:1"
+    assert normalize("localhost:4150") == "localhost:4150"
+    for bad in ("host", "h:0", "h:x", "[::1"):
+        with pytest.raises(ValueError):
+            parse_address(bad)
+
+
+def test_option_validation_and_identify_body():
+    body = ConnectionOptions(heartbeat_interval=None, output_buffer_size=None,
+                             output_buffer_timeout=None, msg_timeout=2.5).identify_body()
+    assert body["heartbeat_interval"] == -1
+    assert body["output_buffer_size"] == -1 and body["output_buffer_timeout"] == -1
+    assert body["msg_timeout"] == 2500 and body["feature_negotiation"] is True
+    assert ConnectionOptions().identify_body()["msg_timeout"] == 0  # nsqd's default
+    assert ConnectionOptions().requeue_delay(3) == 270.0
+    assert ConnectionOptions().requeue_delay(100) == 900.0
+    for bad in ({"snappy": True, "deflate": True}, {"sample_rate": 100}, {"deflate_level": 0}):
+        with pytest.raises(ValueError):
+            ConnectionOptions(**bad)

@@ -312,3 +312,73 @@ async def test_consumer_identify_options(servers):
         assert client["client_id"] == "worker-7"
         assert client["hostname"] == "box.example"
         assert client["user_agent"].startswith("nsqpy/")
+
+
+async def test_heartbeats_are_answered(servers):
+    """nsqd drops a client silent for two heartbeat periods; an idle consumer must survive."""
+    node = servers.nsqd()
+    topic = unique()
+
+    async def handler(msg: Message) -> None:
+        pass
+
+    async with Consumer(
+        topic, "ch", handler, nsqd_tcp_addresses=[node.tcp_address], heartbeat_interval=1.0
+    ) as c:
+        conn = next(iter(c.connections.values()))
+        await asyncio.sleep(3.5)
+        assert not conn.is_closed
+        assert list(c.connections.values()) == [conn]
+
+
+async def test_set_max_in_flight_live_and_pause(servers):
+    nodes = [servers.nsqd(), servers.nsqd()]
+    topic = unique()
+
+    def handler(msg: Message) -> None:
+        pass
+
+    http = [n.http_address for n in nodes]
+    async with Consumer(
+        topic, "ch", handler, nsqd_tcp_addresses=[n.tcp_address for n in nodes], max_in_flight=100
+    ) as c:
+        await wait_for(lambda: _counts_are(http, topic, [50, 50]))
+        c.set_max_in_flight(10)
+        await wait_for(lambda: _counts_are(http, topic, [5, 5]))
+        c.set_max_in_flight(0)  # pause
+        await wait_for(lambda: _counts_are(http, topic, [0, 0]))
+        c.set_max_in_flight(7)
+        await wait_for(lambda: _counts_are(http, topic, [3, 3]))
+
+
+async def _counts_are(http: list[str], topic: str, expected: list[int]) -> bool:
+    return sorted(await ready_counts(http, topic, "ch")) == expected
+
+
+async def test_sync_handler_exception_requeues(servers):
+    node = servers.nsqd()
+    topic = unique()
+    async with Producer(node.tcp_address) as p:
+        await p.pub(topic, b"x")
+    seen: list[int] = []
+
+    def handler(msg: Message) -> None:
+        seen.append(msg.attempts)
+        if msg.attempts == 1:
+            raise RuntimeError("first time fails")
+
+    async with Consumer(
+        topic, "ch", handler, nsqd_tcp_addresses=[node.tcp_address],
+        default_requeue_delay=0.0, backoff_multiplier=0.01,
+    ):
+        await wait_for(lambda: seen == [1, 2])
+
+
+async def test_close_without_start_and_twice():
+    c = Consumer("t", "c", lambda m: None, nsqd_tcp_addresses=["127.0.0.1:1"])
+    await c.close()
+    await c.close()
+    with pytest.raises(ValueError):
+        Consumer("bad topic", "c", lambda m: None, nsqd_tcp_addresses=["127.0.0.1:1"])
+    with pytest.raises(ValueError):
+        Consumer("t", "c", lambda m: None)  # nowhere to connect

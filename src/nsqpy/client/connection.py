@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import struct
 from collections import deque
 from typing import Any, Callable
@@ -74,10 +75,20 @@ def name_bytes(name: str) -> bytes:
     whether the name is *valid* is nsqd's call (``E_BAD_TOPIC``/``E_BAD_CHANNEL``), so the client
     follows the server it talks to.
     """
+    raw = _name_cache.get(name)
+    if raw is not None:
+        return raw
     raw = name.encode("utf-8")
-    if not raw or any(b <= 0x20 or b == 0x7F for b in raw):
+    if not raw or _UNSENDABLE.search(raw):
         raise ValueError(f"name {name!r} cannot be sent: empty, or has spaces/control bytes")
+    if len(_name_cache) > 1024:  # publishers use few topics; bound it against many
+        _name_cache.clear()
+    _name_cache[name] = raw
     return raw
+
+
+_UNSENDABLE = re.compile(rb"[\x00-\x20\x7f]")
+_name_cache: dict[str, bytes] = {}
 
 
 def _as_bytes(body: bytes | bytearray | memoryview | str) -> bytes:
