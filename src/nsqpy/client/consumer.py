@@ -71,6 +71,12 @@ class _WorkQueue:
         return len(self._items)
 
 
+def _quiet(fut: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    """Mark a future's exception as seen: a CLS whose connection died needs no report."""
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return fut
+
+
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)
@@ -253,7 +259,7 @@ class Consumer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         conns = list(self._conns.values())
-        closing = [c.start_close() for c in conns]
+        closing = [_quiet(c.start_close()) for c in conns]
         if closing:
             await asyncio.wait(closing, timeout=min(5.0, self.close_timeout))
         if not self._all_drained():
@@ -366,7 +372,7 @@ class Consumer:
         """lookupd no longer lists this nsqd: stop taking messages there, answer, then close."""
         del self._conns[conn.address]
         self._apply(self._budget.remove(conn, self._now(), self._backoff.active))
-        conn.start_close()
+        _quiet(conn.start_close())
         self._spawn(self._close_when_drained(conn))
 
     async def _close_when_drained(self, conn: NSQConnection) -> None:
