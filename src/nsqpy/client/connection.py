@@ -145,7 +145,6 @@ class NSQConnection(asyncio.Protocol):
         self.max_rdy_count = DEFAULT_MAX_RDY
         self.rdy = 0  # last RDY sent
         self.in_flight = 0  # messages received and not yet answered with FIN/REQ
-        self.last_message_time = 0.0
         self.subscribed = False
         self.closing = False  # CLS sent, or close() called
 
@@ -455,7 +454,10 @@ class NSQConnection(asyncio.Protocol):
                 pos = stop
                 self.in_flight += 1
                 if on_message is not None:
-                    on_message(msg)
+                    try:
+                        on_message(msg)
+                    except Exception:  # a callback bug must not desynchronise the stream
+                        log.exception("%s: on_message callback failed", self.address)
                 continue
             payload = bytes(data[pos + 8 : stop])
             pos = stop
@@ -515,6 +517,8 @@ class NSQConnection(asyncio.Protocol):
         else:
             try:
                 resp = orjson.loads(payload)
+                if not isinstance(resp, dict):
+                    raise orjson.JSONDecodeError("not an object", "", 0)
             except orjson.JSONDecodeError:
                 self._fail_waiter(IdentifyError(f"{self.address}: bad IDENTIFY answer {payload[:100]!r}"))
                 self._protocol_failure(None)
