@@ -1,23 +1,783 @@
-"""nsqd's HTTP API (placeholder: /ping only, the full API is being written)."""
+"""nsqd's HTTP API on aiohttp, served on nsqd's own event loop.
+
+Dashboards, scripts and client libraries talk to nsqd over this API, so it answers the way
+upstream v1.3.0 does (``nsqd/http.go`` with ``julienschmidt/httprouter`` and
+``internal/http_api``): the same routes and methods, status codes, ``{"message": ...}`` error
+texts and the order in which a request's problems are reported. In particular:
+
+* Routing is method-strict: a known path with another method gets 405 with an ``Allow`` header,
+  OPTIONS gets the ``Allow`` list, and a path that only differs by a trailing slash, by case or
+  by ``//``/``..`` segments is redirected (301 for GET, 307 otherwise), all as httprouter does.
+  aiohttp's own router would answer these cases differently, so one catch-all route feeds
+  :class:`Router`.
+* Bodies are never buffered beyond the limit that applies: ``/pub`` reads at most
+  ``--max-msg-size`` + 1 bytes, text ``/mpub`` at most ``--max-body-size`` + 1, binary ``/mpub``
+  is parsed as it streams in (each size checked before its bytes are awaited), and a request
+  whose Content-Length is already too big is refused without inviting its body
+  (no ``100 Continue``).
+* Every response carries ``X-NSQ-Content-Type: nsq; version=1.0``.
+
+Go-runtime endpoints (``/debug/pprof/*``) have no Python meaning and are not routed: they get
+404 ``NOT_FOUND``.
+"""
+
 from __future__ import annotations
 
+import gc
+import inspect
+import re
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable
+from urllib.parse import unquote_to_bytes
+
+import orjson
 from aiohttp import web
+from aiohttp.http import HttpVersion11
 
-from ..common.addr import split_host_port
+from .. import NSQ_COMPAT_VERSION
+from ..common.addr import is_unix_socket, split_host_port
+from ..common.flags import format_duration
+from ..common.log import NSQ_LEVEL_NUMBERS, set_level
+from ..protocol.commands import go_quote
+from ..protocol.names import is_valid_name
+from . import stats as nsq_stats
+from .main import version_string
+from .options import _TLS_VERSIONS, config_key_map
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .nsqd import NSQD
+    from .topic import Topic
+
+NSQ_CONTENT_TYPE = "nsq; version=1.0"
+_BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+_TLS_REQUIRED = {"false": 0, "tcp-https": 1, "true": 2}
+# deprecated no-op flags: upstream's Options struct has no field for them, so /config has no key
+_CONFIG_HIDDEN = frozenset({"verbose", "worker_id"})
+# A failed disk write makes upstream's Topic.PutMessage return an error, which doPUB/doMPUB
+# report as 503 EXITING (they cannot tell it apart from a topic that is shutting down).
+_PUT_FAILED = (503, "EXITING")
+_READ_CHUNK = 1 << 16
 
 
-async def start_http(nsqd, address: str):
-    app = web.Application()
+class HttpError(Exception):
+    """An API error: HTTP status plus the ``message`` text upstream uses."""
 
-    async def ping(request):
-        return web.Response(text="OK")
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
-    app.router.add_get("/ping", ping)
-    runner = web.AppRunner(app, access_log=None)
+
+# --- responses ---------------------------------------------------------------------------------
+
+def _json(value: object, status: int = 200) -> web.Response:
+    return web.Response(body=nsq_stats.go_json(value), status=status,
+                        content_type="application/json", charset="utf-8")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json({"message": message}, status)
+
+
+def _empty() -> web.Response:
+    """V1 success with no data: 200, empty body, no Content-Type (as Go sends it)."""
+    return web.Response()
+
+
+def _text(text: str, status: int = 200) -> web.Response:
+    return web.Response(text=text, status=status)
+
+
+async def _add_nsq_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["X-NSQ-Content-Type"] = NSQ_CONTENT_TYPE
+
+
+# --- request parsing ---------------------------------------------------------------------------
+
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _unescape(text: str) -> str:
+    if _BAD_ESCAPE.search(text):
+        raise ValueError(f"invalid URL escape in {text!r}")
+    return unquote_to_bytes(text.replace("+", " ")).decode("utf-8", "replace")
+
+
+def parse_query(raw: str) -> dict[str, list[str]]:
+    """Go's ``url.ParseQuery``: ValueError on a bad %-escape or a ``;`` separator."""
+    values: dict[str, list[str]] = {}
+    error: ValueError | None = None
+    for part in raw.split("&"):
+        if ";" in part:
+            error = error or ValueError("invalid semicolon separator in query")
+            continue
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        try:
+            key, value = _unescape(key), _unescape(value)
+        except ValueError as err:
+            error = error or err
+            continue
+        values.setdefault(key, []).append(value)
+    if error is not None:
+        raise error
+    return values
+
+
+def _query(request: web.Request) -> dict[str, list[str]]:
+    try:
+        return parse_query(request.rel_url.raw_query_string)
+    except ValueError:
+        raise HttpError(400, "INVALID_REQUEST") from None
+
+
+def _first(query: dict[str, list[str]], key: str) -> str | None:
+    values = query.get(key)
+    return values[0] if values else None
+
+
+async def _read_bounded(request: web.Request, limit: int) -> bytes:
+    """At most ``limit`` bytes of the body (callers pass their maximum + 1 to detect excess)."""
+    content = request.content
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await content.read(min(limit - size, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _split_text_mpub(data: bytes, max_body: int, max_msg: int) -> list[bytes]:
+    """Text ``/mpub``: one message per ``\\n``-terminated line, empty lines skipped.
+
+    ``data`` holds at most ``max_body + 1`` bytes; like upstream's line loop, a line that takes
+    the running total past ``max_body`` is BODY_TOO_BIG, checked before its own MSG_TOO_BIG.
+    """
+    out: list[bytes] = []
+    read_max = max_body + 1
+    total = 0
+    pos = 0
+    end = len(data)
+    while pos < end:
+        nl = data.find(b"\n", pos)
+        stop = end if nl < 0 else nl + 1
+        total += stop - pos
+        if total == read_max:
+            raise HttpError(413, "BODY_TOO_BIG")
+        line = data[pos:nl] if nl >= 0 else data[pos:end]
+        pos = stop
+        if not line:
+            continue
+        if len(line) > max_msg:
+            raise HttpError(413, "MSG_TOO_BIG")
+        out.append(line)
+    return out
+
+
+async def _read_binary_mpub(request: web.Request, max_msg: int, max_body: int) -> list[bytes]:
+    """Binary ``/mpub``: ``[int32 n]`` then n × ``[int32 size][bytes]``, read as it arrives.
+
+    There is no outer size (upstream reads straight from the request), so nothing bounds the
+    body as a whole except the message count limit; every size is validated before its bytes
+    are awaited. Errors are upstream's MPUB codes without ``E_``, all with status 413.
+    """
+    content = request.content
+    buf = bytearray()
+    pos = 0
+
+    async def have(n: int) -> bool:
+        nonlocal buf, pos
+        while len(buf) - pos < n:
+            if pos:
+                del buf[:pos]
+                pos = 0
+            chunk = await content.read(max(_READ_CHUNK, n - len(buf)))
+            if not chunk:
+                return False
+            buf += chunk
+        return True
+
+    def i32() -> int:
+        nonlocal pos
+        value = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+        pos += 4
+        return value
+
+    if not await have(4):
+        raise HttpError(413, "BAD_BODY")  # MPUB failed to read message count
+    count = i32()
+    if count <= 0 or count > (max_body - 4) // 5:
+        raise HttpError(413, "BAD_BODY")  # MPUB invalid message count
+    out: list[bytes] = []
+    for _ in range(count):
+        if not await have(4):
+            raise HttpError(413, "BAD_MESSAGE")  # failed to read message(i) body size
+        size = i32()
+        if size <= 0 or size > max_msg:
+            raise HttpError(413, "BAD_MESSAGE")  # invalid message(i) body size / too big
+        if not await have(size):
+            raise HttpError(413, "BAD_MESSAGE")  # failed to read message body
+        out.append(bytes(buf[pos:pos + size]))
+        pos += size
+    return out
+
+
+# --- routing -----------------------------------------------------------------------------------
+
+Handler = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # a trailing ":name" segment is a parameter, as in httprouter
+    handler: Handler
+    logged: bool = True  # upstream wraps most routes in its request-logging decorator
+
+
+def clean_path(path: str) -> str:
+    """httprouter's ``CleanPath``: ``path.Clean`` that keeps a trailing slash."""
+    if not path:
+        return "/"
+    parts: list[str] = []
+    for seg in path.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(seg)
+    out = "/" + "/".join(parts)
+    if path.endswith("/") and out != "/":
+        out += "/"
+    return out
+
+
+class Router:
+    """The subset of httprouter nsqd relies on: static paths and ``/prefix/:param``."""
+
+    def __init__(self, routes: list[Route]) -> None:
+        self.static: dict[str, dict[str, Route]] = {}
+        self.param: dict[str, dict[str, Route]] = {}  # method -> {"/config/": route}
+        for r in routes:
+            if "/:" in r.path:
+                prefix = r.path[: r.path.index("/:") + 1]
+                self.param.setdefault(r.method, {})[prefix] = r
+            else:
+                self.static.setdefault(r.method, {})[r.path] = r
+        self.methods = set(self.static) | set(self.param)
+
+    def lookup(self, method: str, path: str) -> tuple[Route, str] | None:
+        route = self.static.get(method, {}).get(path)
+        if route is not None:
+            return route, ""
+        for prefix, route in self.param.get(method, {}).items():
+            if path.startswith(prefix):
+                value = path[len(prefix):]
+                if value and "/" not in value:
+                    return route, value
+        return None
+
+    def trailing_slash_fix(self, method: str, path: str) -> str | None:
+        alt = path[:-1] if len(path) > 1 and path.endswith("/") else path + "/"
+        return alt if self.lookup(method, alt) is not None else None
+
+    def case_fix(self, method: str, path: str) -> str | None:
+        """httprouter's ``findCaseInsensitivePath`` on the cleaned path, fixing a trailing slash."""
+        cleaned = clean_path(path)
+        candidates = [cleaned]
+        if len(cleaned) > 1 and cleaned.endswith("/"):
+            candidates.append(cleaned[:-1])
+        else:
+            candidates.append(cleaned + "/")
+        for cand in candidates:
+            low = cand.lower()
+            for known in self.static.get(method, {}):
+                if known.lower() == low:
+                    return known
+            for prefix in self.param.get(method, {}):
+                if low.startswith(prefix.lower()):
+                    value = cand[len(prefix):]
+                    if value and "/" not in value:
+                        return prefix + value
+        return None
+
+    def allowed(self, path: str, method: str) -> str:
+        found = [m for m in self.methods
+                 if m != method and m != "OPTIONS" and self.lookup(m, path) is not None]
+        if not found:
+            return ""
+        return ", ".join(sorted(found + ["OPTIONS"]))
+
+
+# --- the API -----------------------------------------------------------------------------------
+
+class HttpApi:
+    """Handlers for one nsqd; each stays thin and calls into NSQD / Topic / Channel."""
+
+    def __init__(self, nsqd: "NSQD") -> None:
+        self.nsqd = nsqd
+        self.logger = nsqd.logger
+        self.config_flags = {k: f for k, f in config_key_map().items() if k not in _CONFIG_HIDDEN}
+        R = Route
+        self.router = Router([
+            R("GET", "/ping", self.ping),
+            R("GET", "/info", self.info),
+            R("POST", "/pub", self.pub, logged=False),
+            R("POST", "/mpub", self.mpub, logged=False),
+            R("GET", "/stats", self.stats),
+            R("POST", "/topic/create", self.topic_create),
+            R("POST", "/topic/delete", self.topic_delete),
+            R("POST", "/topic/empty", self.topic_empty),
+            R("POST", "/topic/pause", self.topic_pause),
+            R("POST", "/topic/unpause", self.topic_pause),
+            R("POST", "/channel/create", self.channel_create),
+            R("POST", "/channel/delete", self.channel_delete),
+            R("POST", "/channel/empty", self.channel_empty),
+            R("POST", "/channel/pause", self.channel_pause),
+            R("POST", "/channel/unpause", self.channel_pause),
+            R("GET", "/config/:opt", self.config),
+            R("PUT", "/config/:opt", self.config),
+            R("PUT", "/debug/setblockrate", self.set_block_rate),
+            R("POST", "/debug/freememory", self.free_memory),
+        ])
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard])
+        app.router.add_route("*", "/{tail:.*}", self.dispatch, expect_handler=self._expect)
+        app.on_response_prepare.append(_add_nsq_header)
+        return app
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        method, path = request.method, request.path
+        hit = self.router.lookup(method, path)
+        if hit is not None:
+            route, param = hit
+            request["nsq_log"] = route.logged
+            return await route.handler(request, param)
+        if method in self.router.methods and method != "CONNECT" and path != "/":
+            fixed = (self.router.trailing_slash_fix(method, path)
+                     or self.router.case_fix(method, path))
+            if fixed is not None:
+                return self._redirect(request, fixed)
+        if method == "OPTIONS":
+            allow = self.router.allowed(path, method)
+            if allow:
+                return web.Response(headers={"Allow": allow})
+        else:
+            allow = self.router.allowed(path, method)
+            if allow:
+                request["nsq_log"] = True
+                resp = _error(405, "METHOD_NOT_ALLOWED")
+                resp.headers["Allow"] = allow
+                return resp
+        request["nsq_log"] = True
+        return _error(404, "NOT_FOUND")
+
+    @staticmethod
+    def _redirect(request: web.Request, path: str) -> web.Response:
+        """``http.Redirect``: 301 for GET (with Go's little HTML body), 307 keeping the method."""
+        raw_query = request.rel_url.raw_query_string
+        location = path + ("?" + raw_query if raw_query else "")
+        if request.method == "GET":
+            body = f'<a href="{_html_escape(location)}">Moved Permanently</a>.\n\n'
+            return web.Response(status=301, text=body, content_type="text/html",
+                                headers={"Location": location})
+        headers = {"Location": location}
+        if request.method == "HEAD":
+            headers["Content-Type"] = "text/html; charset=utf-8"
+        return web.Response(status=307, headers=headers)
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler) -> web.StreamResponse:
+        start = time.perf_counter()
+        try:
+            response = await handler(request)
+        except HttpError as err:
+            response = _error(err.status, err.message)
+        except Exception as err:  # upstream's panic handler
+            self.logger.error("panic in HTTP handler - %s", err, exc_info=True)
+            request["nsq_log"] = True
+            response = _error(500, "INTERNAL_ERROR")
+        if request.get("nsq_log"):
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            remote = (f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or ""))
+            self.logger.info("%d %s %s (%s) %s", response.status, request.method,
+                             request.raw_path, remote,
+                             format_duration(time.perf_counter() - start))
+        return response
+
+    def _refuses_body(self, request: web.Request) -> bool:
+        """A request we will answer 413 from its Content-Length alone."""
+        size = request.content_length
+        if size is None or request.method != "POST":
+            return False
+        opts = self.nsqd.options
+        return ((request.path == "/pub" and size > opts.max_msg_size)
+                or (request.path == "/mpub" and size > opts.max_body_size))
+
+    async def _expect(self, request: web.Request) -> None:
+        """``Expect: 100-continue``: invite the body unless the answer is already known."""
+        if request.version != HttpVersion11:
+            return None
+        expect = request.headers.get("Expect", "")
+        if expect.lower() != "100-continue":
+            raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+        if self._refuses_body(request):
+            return None
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+        return None
+
+    # --- arguments -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _topic_arg(query: dict[str, list[str]]) -> str:
+        """``/pub``, ``/mpub``, ``/topic/create|empty``: MISSING_ARG_TOPIC / INVALID_TOPIC."""
+        name = _first(query, "topic")
+        if name is None:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_name(name):
+            raise HttpError(400, "INVALID_TOPIC")
+        return name
+
+    def _existing_topic(self, name: str) -> "Topic":
+        topic = self.nsqd.topics.get(name)
+        if topic is None:
+            raise HttpError(404, "TOPIC_NOT_FOUND")
+        return topic
+
+    def _topic_and_channel_args(self, request: web.Request) -> tuple["Topic", str]:
+        """Channel endpoints: upstream's ``GetTopicChannelArgs`` then an existing topic."""
+        query = _query(request)
+        topic_name = _first(query, "topic")
+        if topic_name is None:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_name(topic_name):
+            raise HttpError(400, "INVALID_ARG_TOPIC")
+        channel_name = _first(query, "channel")
+        if channel_name is None:
+            raise HttpError(400, "MISSING_ARG_CHANNEL")
+        if not is_valid_name(channel_name):
+            raise HttpError(400, "INVALID_ARG_CHANNEL")
+        return self._existing_topic(topic_name), channel_name
+
+    @staticmethod
+    def _existing_channel(topic: "Topic", name: str) -> "Channel":
+        channel = topic.channels.get(name)
+        if channel is None:
+            raise HttpError(404, "CHANNEL_NOT_FOUND")
+        return channel
+
+    def _persist_metadata(self) -> None:
+        """Pause state is persisted at once so a crash cannot silently undo it."""
+        persist = getattr(self.nsqd, "persist_metadata", None)
+        if persist is None:
+            return
+        try:
+            persist()
+        except OSError as err:
+            self.logger.error("failed to persist metadata - %s", err)
+
+    # --- handlers ------------------------------------------------------------------------------
+
+    async def ping(self, request: web.Request, _: str) -> web.Response:
+        # upstream answers /ping in plain text, errors included
+        if self.nsqd.health_error is not None:
+            return _text(self.nsqd.health, 500)
+        return _text("OK")
+
+    async def info(self, request: web.Request, _: str) -> web.Response:
+        nsqd, opts = self.nsqd, self.nsqd.options
+        return _json({
+            "version": NSQ_COMPAT_VERSION,
+            "broadcast_address": opts.broadcast_address,
+            "hostname": socket.gethostname(),
+            "http_port": nsqd.http_port,
+            "tcp_port": nsqd.tcp_port,
+            "start_time": nsqd.start_time,
+            "max_heartbeat_interval": _nanos(opts.max_heartbeat_interval),
+            "max_output_buffer_size": opts.max_output_buffer_size,
+            "max_output_buffer_timeout": _nanos(opts.max_output_buffer_timeout),
+            "max_deflate_level": opts.max_deflate_level,
+            "topology_zone": opts.values.get("topology_zone", ""),
+            "topology_region": opts.values.get("topology_region", ""),
+        })
+
+    def _put(self, topic: "Topic", msgs: list[tuple], nbytes: int, delay: float = 0.0) -> None:
+        if self.nsqd.exiting or topic.exiting:
+            raise HttpError(503, "EXITING")
+        try:
+            if delay > 0:
+                topic.put_deferred(msgs[0], delay)
+            elif msgs:
+                topic.put_many(msgs, nbytes)
+        except OSError as err:
+            self.logger.error("TOPIC(%s): failed to put %d message(s) - %s",
+                              topic.name, len(msgs), err)
+            raise HttpError(*_PUT_FAILED) from None
+
+    async def pub(self, request: web.Request, _: str) -> web.Response:
+        # upstream's order: size checks and body first, then the query, then defer
+        max_msg = self.nsqd.options.max_msg_size
+        if (request.content_length or 0) > max_msg:
+            raise HttpError(413, "MSG_TOO_BIG")
+        body = await _read_bounded(request, max_msg + 1)
+        if len(body) > max_msg:
+            raise HttpError(413, "MSG_TOO_BIG")
+        if not body:
+            raise HttpError(400, "MSG_EMPTY")
+        query = _query(request)
+        topic = self.nsqd.get_topic(self._topic_arg(query))  # created even if defer is bad
+        delay_ms = 0
+        raw_defer = _first(query, "defer")
+        if raw_defer is not None:
+            try:
+                delay_ms = _go_parse_int(raw_defer)
+            except ValueError:
+                raise HttpError(400, "INVALID_DEFER") from None
+            if delay_ms < 0 or delay_ms > self.nsqd.limits.max_req_timeout_ms:
+                raise HttpError(400, "INVALID_DEFER")
+        msg = (self.nsqd.id_factory.next_id(), body, time.time_ns(), 0)
+        self._put(topic, [msg], len(body), delay_ms / 1000.0)
+        return _text("OK")
+
+    async def mpub(self, request: web.Request, _: str) -> web.Response:
+        opts = self.nsqd.options
+        max_msg, max_body = opts.max_msg_size, opts.max_body_size
+        if (request.content_length or 0) > max_body:
+            raise HttpError(413, "BODY_TOO_BIG")
+        query = _query(request)
+        topic = self.nsqd.get_topic(self._topic_arg(query))
+        binary = False
+        raw_binary = _first(query, "binary")
+        if raw_binary is not None:
+            binary = _BOOL_PARAMS.get(raw_binary, True)
+            if raw_binary not in _BOOL_PARAMS:
+                self.logger.warning("deprecated value '%s' used for /mpub binary param", raw_binary)
+        if binary:
+            bodies = await _read_binary_mpub(request, max_msg, max_body)
+        else:
+            bodies = _split_text_mpub(await _read_bounded(request, max_body + 1), max_body, max_msg)
+        ids = self.nsqd.id_factory.next_ids(len(bodies)) if bodies else []
+        ts = time.time_ns()
+        msgs = [(mid, b, ts, 0) for mid, b in zip(ids, bodies)]
+        self._put(topic, msgs, sum(map(len, bodies)))
+        return _text("OK")
+
+    async def topic_create(self, request: web.Request, _: str) -> web.Response:
+        self.nsqd.get_topic(self._topic_arg(_query(request)))
+        return _empty()
+
+    async def topic_delete(self, request: web.Request, _: str) -> web.Response:
+        name = _first(_query(request), "topic")
+        if name is None:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        if not self.nsqd.delete_topic(name):
+            raise HttpError(404, "TOPIC_NOT_FOUND")
+        return _empty()
+
+    async def topic_empty(self, request: web.Request, _: str) -> web.Response:
+        topic = self._existing_topic(self._topic_arg(_query(request)))
+        try:
+            topic.empty()
+        except OSError as err:
+            self.logger.error("TOPIC(%s): failed to empty - %s", topic.name, err)
+            raise HttpError(500, "INTERNAL_ERROR") from None
+        return _empty()
+
+    async def topic_pause(self, request: web.Request, _: str) -> web.Response:
+        name = _first(_query(request), "topic")
+        if name is None:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        topic = self._existing_topic(name)
+        if "unpause" in request.path:
+            topic.unpause()
+        else:
+            topic.pause()
+        self._persist_metadata()
+        return _empty()
+
+    async def channel_create(self, request: web.Request, _: str) -> web.Response:
+        topic, channel_name = self._topic_and_channel_args(request)
+        topic.get_channel(channel_name)
+        return _empty()
+
+    async def channel_delete(self, request: web.Request, _: str) -> web.Response:
+        topic, channel_name = self._topic_and_channel_args(request)
+        if not topic.delete_channel(channel_name):
+            raise HttpError(404, "CHANNEL_NOT_FOUND")
+        return _empty()
+
+    async def channel_empty(self, request: web.Request, _: str) -> web.Response:
+        topic, channel_name = self._topic_and_channel_args(request)
+        channel = self._existing_channel(topic, channel_name)
+        try:
+            channel.empty()
+        except OSError as err:
+            self.logger.error("CHANNEL(%s:%s): failed to empty - %s", topic.name, channel.name, err)
+            raise HttpError(500, "INTERNAL_ERROR") from None
+        return _empty()
+
+    async def channel_pause(self, request: web.Request, _: str) -> web.Response:
+        topic, channel_name = self._topic_and_channel_args(request)
+        channel = self._existing_channel(topic, channel_name)
+        if "unpause" in request.path:
+            channel.unpause()
+        else:
+            channel.pause()
+        self._persist_metadata()
+        return _empty()
+
+    async def stats(self, request: web.Request, _: str) -> web.Response:
+        query = _query(request)
+        as_json = _first(query, "format") == "json"
+        include_clients = _BOOL_PARAMS.get(_first(query, "include_clients") or "", True)
+        include_mem = _BOOL_PARAMS.get(_first(query, "include_mem") or "", True)
+        topics, producers = nsq_stats.collect(self.nsqd, _first(query, "topic") or "",
+                                              _first(query, "channel") or "", include_clients)
+        memory = nsq_stats.memory_stats() if include_mem else None
+        if as_json:
+            return _json(nsq_stats.stats_document(self.nsqd, topics, producers, memory))
+        return _text(nsq_stats.stats_text(version_string("nsqd"), self.nsqd, topics, producers,
+                                          memory))
+
+    # --- /config -------------------------------------------------------------------------------
+
+    def config_value(self, key: str) -> tuple[bool, object]:
+        """``(found, value)`` for a cfg key, encoded as Go's JSON encodes the Options field."""
+        flag = self.config_flags.get(key)
+        if flag is None:
+            return False, None
+        value = self.nsqd.options.values.get(flag.attr, flag.default)
+        if flag.kind == "duration":
+            return True, _nanos(value)
+        if key == "log_level":
+            return True, NSQ_LEVEL_NUMBERS.get(value, 0)
+        if key == "tls_min_version":
+            return True, _TLS_VERSIONS.get(value, 0)
+        if key == "tls_required":
+            return True, _TLS_REQUIRED.get(value, 0)
+        if isinstance(value, list):
+            return True, [nsq_stats._go_number(v) if isinstance(v, float) else v for v in value]
+        return True, value
+
+    async def config(self, request: web.Request, opt: str) -> web.Response:
+        if request.method == "PUT":
+            max_msg = self.nsqd.options.max_msg_size
+            body = await _read_bounded(request, max_msg + 1)
+            if not body or len(body) > max_msg:
+                raise HttpError(413, "INVALID_VALUE")
+            if opt == "nsqlookupd_tcp_addresses":
+                await self._set_lookupd_addresses(body)
+            elif opt == "log_level":
+                self._set_log_level(body)
+            else:
+                raise HttpError(400, "INVALID_OPTION")
+        found, value = self.config_value(opt)
+        if not found:
+            raise HttpError(400, "INVALID_OPTION")
+        return _json(value)
+
+    async def _set_lookupd_addresses(self, body: bytes) -> None:
+        try:
+            addrs = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise HttpError(400, "INVALID_VALUE") from None
+        if addrs is None:
+            addrs = []  # Go decodes null into a nil slice; we keep an empty list
+        if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
+            raise HttpError(400, "INVALID_VALUE")
+        flag = self.config_flags["nsqlookupd_tcp_addresses"]
+        self.nsqd.options.values[flag.attr] = list(addrs)
+        setter = getattr(self.nsqd, "set_lookupd_addresses", None)
+        if setter is not None:
+            result = setter(list(addrs))
+            if inspect.isawaitable(result):
+                await result
+
+    def _set_log_level(self, body: bytes) -> None:
+        level = body.decode("utf-8", "replace").lower()  # upstream's ParseLogLevel: no trimming
+        if level not in NSQ_LEVEL_NUMBERS:
+            raise HttpError(400, "INVALID_VALUE")
+        self.nsqd.options.values["log_level"] = level
+        set_level(self.logger, level)
+
+    # --- Go runtime debug endpoints --------------------------------------------------------------
+
+    async def set_block_rate(self, request: web.Request, _: str) -> web.Response:
+        """Go's block profiler has no counterpart; the rate is only validated.
+
+        Upstream's handler returns no data through its plain-text decorator, which panics on
+        that, so a valid rate is answered 500 INTERNAL_ERROR; we answer the same.
+        """
+        raw = _first(_query(request), "rate") or ""
+        try:
+            _go_parse_int(raw)
+        except ValueError as err:
+            return _text(f"invalid block rate : strconv.Atoi: parsing {go_quote(raw)}: {err}", 400)
+        return _error(500, "INTERNAL_ERROR")
+
+    async def free_memory(self, request: web.Request, _: str) -> web.Response:
+        """``debug.FreeOSMemory`` ≈ a full collection; same 500 answer as upstream (see above)."""
+        gc.collect()
+        return _error(500, "INTERNAL_ERROR")
+
+
+_HTML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
+
+
+def _html_escape(text: str) -> str:
+    """Go's ``net/http`` htmlEscape (used in redirect bodies)."""
+    return text.translate(_HTML_ESCAPES)
+
+
+def _nanos(seconds: float) -> int:
+    """A duration as Go's JSON encodes ``time.Duration``: integer nanoseconds."""
+    return int(round(seconds * 1_000_000_000))
+
+
+def _go_parse_int(text: str) -> int:
+    """``strconv.ParseInt(s, 10, 64)``; ValueError's text is Go's reason."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not digits.isascii() or not digits.isdigit():
+        raise ValueError("invalid syntax")
+    value = int(text)
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError("value out of range")
+    return value
+
+
+async def start_http(nsqd: "NSQD", address: str) -> tuple[web.AppRunner, int]:
+    """Serve the API on ``address`` (``host:port``, or a unix socket path); returns the port (-1 for unix)."""
+    nsq_stats.install_gc_pause_tracker()
+    api = HttpApi(nsqd)
+    runner = web.AppRunner(api.make_app(), access_log=None)
     await runner.setup()
-    host, port = split_host_port(address)
-    site = web.TCPSite(runner, host or None, port, reuse_address=True)
-    await site.start()
-    actual = site._server.sockets[0].getsockname()[1]
-    nsqd.logger.info("HTTP: listening on %s:%d", host, actual)
+    try:
+        if is_unix_socket(address):
+            site: web.BaseSite = web.UnixSite(runner, address)
+            await site.start()
+            nsqd.logger.info("HTTP: listening on %s", address)
+            return runner, -1
+        host, port = split_host_port(address)
+        site = web.TCPSite(runner, host or None, port, reuse_address=True, backlog=1024)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    sock = site._server.sockets[0]  # type: ignore[union-attr]
+    actual = sock.getsockname()[1]
+    shown = f"[{host}]:{actual}" if ":" in host else f"{host}:{actual}"
+    nsqd.logger.info("HTTP: listening on %s", shown)
     return runner, actual
