@@ -62,12 +62,12 @@ def nsqpy_pub(args: argparse.Namespace) -> dict:
                 for _ in range(per_worker):
                     await pub(topic, body)
 
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             await asyncio.gather(*(worker() for _ in range(window)))
-            return time.perf_counter() - t0
+            return time.perf_counter() - t0, time.process_time() - c0
 
-    secs = _nsqpy_loop(args.uvloop)(main())
-    return {"msgs": (n // window) * window, "secs": secs}
+    secs, cpu = _nsqpy_loop(args.uvloop)(main())
+    return {"msgs": (n // window) * window, "secs": secs, "cpu": cpu}
 
 
 def nsqpy_mpub(args: argparse.Namespace) -> dict:
@@ -86,12 +86,12 @@ def nsqpy_mpub(args: argparse.Namespace) -> dict:
                     await p.mpub(args.topic, batch)
 
             share = [batches // window + (1 if i < batches % window else 0) for i in range(window)]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             await asyncio.gather(*(worker(c) for c in share))
-            return time.perf_counter() - t0
+            return time.perf_counter() - t0, time.process_time() - c0
 
-    secs = _nsqpy_loop(args.uvloop)(main())
-    return {"msgs": batches * args.batch, "secs": secs}
+    secs, cpu = _nsqpy_loop(args.uvloop)(main())
+    return {"msgs": batches * args.batch, "secs": secs, "cpu": cpu}
 
 
 def nsqpy_sub(args: argparse.Namespace, async_handler: bool) -> dict:
@@ -100,7 +100,7 @@ def nsqpy_sub(args: argparse.Namespace, async_handler: bool) -> dict:
     from nsqpy.client import Consumer
 
     n = args.messages
-    state = {"count": 0, "t0": 0.0, "t1": 0.0}
+    state = {"count": 0, "t0": 0.0, "t1": 0.0, "c0": 0.0, "c1": 0.0}
 
     async def main() -> None:
         done = asyncio.Event()
@@ -108,9 +108,9 @@ def nsqpy_sub(args: argparse.Namespace, async_handler: bool) -> dict:
         def count(_msg) -> None:
             c = state["count"] = state["count"] + 1
             if c == 1:
-                state["t0"] = time.perf_counter()
+                state["t0"], state["c0"] = time.perf_counter(), time.process_time()
             elif c == n:
-                state["t1"] = time.perf_counter()
+                state["t1"], state["c1"] = time.perf_counter(), time.process_time()
                 done.set()
 
         async def async_count(msg) -> None:
@@ -124,7 +124,7 @@ def nsqpy_sub(args: argparse.Namespace, async_handler: bool) -> dict:
             await done.wait()
 
     _nsqpy_loop(args.uvloop)(main())
-    return {"msgs": n - 1, "secs": state["t1"] - state["t0"]}
+    return {"msgs": n - 1, "secs": state["t1"] - state["t0"], "cpu": state["c1"] - state["c0"]}
 
 
 def pynsq_pub(args: argparse.Namespace, batch: int) -> dict:
@@ -135,7 +135,7 @@ def pynsq_pub(args: argparse.Namespace, batch: int) -> dict:
     bodies = [body] * batch
     total = args.messages // batch
     window = min(args.window, total)
-    state = {"sent": 0, "acked": 0, "t0": 0.0, "t1": 0.0}
+    state = {"sent": 0, "acked": 0, "t0": 0.0, "t1": 0.0, "c0": 0.0, "c1": 0.0}
     loop = tornado.ioloop.IOLoop.current()
     writer = nsq.Writer([args.addr])
 
@@ -151,7 +151,7 @@ def pynsq_pub(args: argparse.Namespace, batch: int) -> dict:
             raise SystemExit(f"pynsq publish failed: {data!r}")
         state["acked"] += 1
         if state["acked"] == total:
-            state["t1"] = time.perf_counter()
+            state["t1"], state["c1"] = time.perf_counter(), time.process_time()
             loop.stop()
         elif state["sent"] < total:
             send_one()
@@ -160,13 +160,13 @@ def pynsq_pub(args: argparse.Namespace, batch: int) -> dict:
         if not writer.conns:
             loop.call_later(0.05, start)
             return
-        state["t0"] = time.perf_counter()
+        state["t0"], state["c0"] = time.perf_counter(), time.process_time()
         for _ in range(window):
             send_one()
 
     loop.call_later(0.05, start)
     loop.start()
-    return {"msgs": total * batch, "secs": state["t1"] - state["t0"]}
+    return {"msgs": total * batch, "secs": state["t1"] - state["t0"], "cpu": state["c1"] - state["c0"]}
 
 
 def pynsq_sub(args: argparse.Namespace) -> dict:
@@ -174,15 +174,15 @@ def pynsq_sub(args: argparse.Namespace) -> dict:
     import tornado.ioloop
 
     n = args.messages
-    state = {"count": 0, "t0": 0.0, "t1": 0.0}
+    state = {"count": 0, "t0": 0.0, "t1": 0.0, "c0": 0.0, "c1": 0.0}
     loop = tornado.ioloop.IOLoop.current()
 
     def handler(_msg) -> bool:
         c = state["count"] = state["count"] + 1
         if c == 1:
-            state["t0"] = time.perf_counter()
+            state["t0"], state["c0"] = time.perf_counter(), time.process_time()
         elif c == n:
-            state["t1"] = time.perf_counter()
+            state["t1"], state["c1"] = time.perf_counter(), time.process_time()
             loop.add_callback(loop.stop)
         return True
 
@@ -191,7 +191,7 @@ def pynsq_sub(args: argparse.Namespace) -> dict:
         channel=args.channel, max_in_flight=args.rdy,
     )
     loop.start()
-    return {"msgs": n - 1, "secs": state["t1"] - state["t0"]}
+    return {"msgs": n - 1, "secs": state["t1"] - state["t0"], "cpu": state["c1"] - state["c0"]}
 
 
 WORKERS = {
@@ -300,7 +300,7 @@ def main() -> None:
     else:
         data = tempfile.mkdtemp(prefix="client_bench_")
         proc, args.addr, http = start_nsqd(data)
-    rows: list[tuple[str, str, float | None]] = []
+    rows: list[tuple[str, str, float | None, float | None]] = []
     try:
         scenarios = args.scenarios.split(",")
         clients = [("nsqpy", False)] + ([("nsqpy", True)] if args.uvloop else []) + [("pynsq", False)]
@@ -316,9 +316,10 @@ def main() -> None:
                         prefill(args.addr, topic, args.messages, args.size)
                     res = run_worker(name, args, topic, uv)
                     rate = res["msgs"] / res["secs"] if res and res["secs"] > 0 else None
+                    cpu_us = res["cpu"] / res["msgs"] * 1e6 if res and res["msgs"] else None
                     suffix = name.split(":")[1]
-                    rows.append((suffix, label, rate))
-                    shown = f"{rate:>12,.0f} msgs/s" if rate else "      failed"
+                    rows.append((suffix, label, rate, cpu_us))
+                    shown = f"{rate:>12,.0f} msgs/s  {cpu_us:6.2f} µs CPU/msg" if rate else "      failed"
                     print(f"{suffix:<10} {label:<14} {shown}", flush=True)
                     if http:
                         empty_topic(http, topic)
@@ -335,12 +336,15 @@ def main() -> None:
 
     print(f"\n{args.messages:,} messages of {args.size} B; MPUB batch {args.batch}; "
           f"publish window {args.window}; RDY {args.rdy}")
-    pynsq = {s: r for s, c, r in rows if c == "pynsq"}
-    for scen, client, rate in rows:
-        base = pynsq.get(scen) or pynsq.get("sub" if scen.startswith("sub") else scen)
-        ratio = f"{rate / base:5.2f}x pynsq" if rate and base and client != "pynsq" else ""
-        shown = f"{rate:>12,.0f}" if rate else "      failed"
-        print(f"| {scen:<10} | {client:<14} | {shown} msgs/s | {ratio}")
+    print("| scenario | client | msgs/s | client CPU µs/msg | vs pynsq (msgs/s) |")
+    print("|---|---|---:|---:|---:|")
+    pynsq = {s: r for s, c, r, _ in rows if c == "pynsq"}
+    for scen, client, rate, cpu_us in rows:
+        base = pynsq.get("sub" if scen.startswith("sub") else scen)
+        ratio = f"{rate / base:.2f}x" if rate and base and client != "pynsq" else ""
+        shown = f"{rate:,.0f}" if rate else "failed"
+        cpu = f"{cpu_us:.2f}" if cpu_us else ""
+        print(f"| {scen} | {client} | {shown} | {cpu} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ _unpack_msg = _MSG_HEADER.unpack_from
 _pack_i32 = _I32.pack
 
 NOP = b"NOP\n"
+_WRITE_THROUGH = 16384  # bytes; smaller commands are coalesced per loop turn
 DEFAULT_MAX_RDY = 2500  # nsqd's --max-rdy-count default, if IDENTIFY did not tell us
 
 MessageCallback = Callable[[Message], None]
@@ -342,9 +343,17 @@ class NSQConnection(asyncio.Protocol):
     # --- writing ----------------------------------------------------------------------------
 
     def send(self, data: bytes) -> None:
-        """Queue bytes; everything queued in one loop turn leaves in one write."""
+        """Queue bytes; everything queued in one loop turn leaves in one write.
+
+        A large command (an MPUB batch) goes out at once with whatever is queued before it:
+        batching saves nothing there, and waiting a loop turn would only add latency.
+        """
         self._wbuf.append(data)
-        if self._flush_handle is None:
+        if len(data) >= _WRITE_THROUGH:
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            self._flush()
+        elif self._flush_handle is None:
             self._flush_handle = self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
