@@ -274,9 +274,9 @@ async def test_low_level_connection_answered_from_another_thread(servers):
     conn = NSQConnection("127.0.0.1", node.tcp_port, on_message=inbox.put)
     await conn.connect()
     await conn.subscribe(topic, "spark")
-    conn.ready(50)
 
     def worker() -> None:  # e.g. a Spark task: no event loop in this thread
+        conn.ready_threadsafe(50)
         for _ in range(50):
             msg = inbox.get(timeout=10)
             msg.touch_threadsafe()

@@ -340,6 +340,14 @@ class NSQConnection(asyncio.Protocol):
     def nop(self) -> None:
         self.send(NOP)
 
+    # --- from other threads (the loop runs elsewhere, e.g. a Spark reader's I/O thread) ---
+
+    def ready_threadsafe(self, count: int) -> None:
+        self.loop.call_soon_threadsafe(self.ready, count)
+
+    def close_threadsafe(self) -> None:
+        self.loop.call_soon_threadsafe(self.close)
+
     # --- writing ----------------------------------------------------------------------------
 
     def send(self, data: bytes) -> None:

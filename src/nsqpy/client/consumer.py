@@ -276,6 +276,12 @@ class Consumer:
             await self._poller.close()
         self._closed.set()
 
+    async def wait_closed(self) -> None:
+        """Block until :meth:`close` has finished (e.g. a main task waiting on a signal handler)."""
+        if self._closed is None:
+            raise RuntimeError("consumer not started")
+        await self._closed.wait()
+
     async def _stop_workers(self) -> None:
         if self._queue is None:
             return
