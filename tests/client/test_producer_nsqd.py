@@ -176,3 +176,26 @@ def test_blocking_publish(servers):
     t.join(10)
     got = asyncio.run(collect(node.tcp_address, topic, 105))
     assert len(got) == 105
+
+
+async def test_http_publish_helpers(servers):
+    from nsqpy.client import HTTPPublishError, http_mpub, http_mpublish, http_pub, http_publish
+
+    node = servers.nsqd()
+    topic = unique()
+    await asyncio.to_thread(http_publish, node.http_address, topic, b"h1")
+    await asyncio.to_thread(http_mpublish, node.http_address, topic, [b"h2\nwith newline", b"h3"])
+    await asyncio.to_thread(http_mpublish, node.http_address, topic, [b"h4", b"h5"], binary=False)
+    await http_pub(node.http_address, topic, b"h6")
+    await http_pub(node.http_address, topic, b"h7", delay=0.05)
+    await http_mpub(f"http://{node.http_address}", topic, [b"h8", b"h9"])
+    with pytest.raises(HTTPPublishError) as info:
+        await http_pub(node.http_address, "bad!", b"x")
+    assert (info.value.status, info.value.message) == (400, "INVALID_TOPIC")
+    with pytest.raises(HTTPPublishError) as info:
+        await asyncio.to_thread(http_publish, node.http_address, topic, b"")
+    assert info.value.message == "MSG_EMPTY"
+    got = await collect(node.tcp_address, topic, 9)
+    assert sorted(m.body for m in got) == sorted(
+        [b"h1", b"h2\nwith newline", b"h3", b"h4", b"h5", b"h6", b"h7", b"h8", b"h9"]
+    )
