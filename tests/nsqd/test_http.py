@@ -747,3 +747,73 @@ def test_http_on_unix_socket(tmp_path):
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+# --- in-process: states a live server is hard to put in ---------------------------------------
+
+def _in_process(tmp_path, scenario):
+    """Run ``scenario(nsqd, base_url)`` against an NSQD whose HTTP API listens on a free port."""
+    import asyncio
+    import logging
+
+    import aiohttp
+
+    from nsqpy.nsqd.http import start_http
+    from nsqpy.nsqd.nsqd import NSQD
+    from nsqpy.nsqd.options import parse_options
+
+    async def main():
+        nsqd = NSQD(parse_options([f"--data-path={tmp_path}"]), logging.getLogger("test_http"))
+        runner, port = await start_http(nsqd, "127.0.0.1:0")
+        try:
+            async with aiohttp.ClientSession() as session:
+                await scenario(nsqd, session, f"http://127.0.0.1:{port}")
+        finally:
+            await runner.cleanup()
+            for topic in list(nsqd.topics.values()):
+                topic.close(flush=False)
+
+    asyncio.run(main())
+
+
+def test_exiting_answers_503(tmp_path):
+    async def scenario(nsqd, session, base):
+        nsqd.exiting = True
+        for path, body in (("/pub?topic=t", b"x"), ("/mpub?topic=t", b"a\nb")):
+            async with session.post(base + path, data=body) as r:
+                assert (r.status, await r.json()) == (503, {"message": "EXITING"})
+        async with session.post(base + "/pub?topic=t&defer=-5", data=b"x") as r:
+            assert r.status == 400  # argument errors are reported first, as upstream does
+
+    _in_process(tmp_path, scenario)
+
+
+def test_handler_exception_is_500_internal_error(tmp_path):
+    async def scenario(nsqd, session, base):
+        def broken(name):
+            raise RuntimeError("boom")
+
+        nsqd.get_topic = broken
+        async with session.post(base + "/topic/create?topic=t") as r:
+            assert (r.status, await r.json()) == (500, {"message": "INTERNAL_ERROR"})
+            assert r.headers["X-NSQ-Content-Type"] == NSQ_HEADER
+        async with session.get(base + "/ping") as r:  # the server carries on
+            assert r.status == 200
+
+    _in_process(tmp_path, scenario)
+
+
+def test_put_lookupd_addresses_calls_the_nsqd_hook(tmp_path):
+    async def scenario(nsqd, session, base):
+        seen = []
+
+        async def set_lookupd_addresses(addrs):
+            seen.append(addrs)
+
+        nsqd.set_lookupd_addresses = set_lookupd_addresses
+        async with session.put(base + "/config/nsqlookupd_tcp_addresses", data=b'["a:1","b:2"]') as r:
+            assert (r.status, await r.json()) == (200, ["a:1", "b:2"])
+        assert seen == [["a:1", "b:2"]]
+        assert nsqd.options.lookupd_tcp_address == ["a:1", "b:2"]
+
+    _in_process(tmp_path, scenario)

@@ -60,6 +60,8 @@ _CONFIG_HIDDEN = frozenset({"verbose", "worker_id"})
 # report as 503 EXITING (they cannot tell it apart from a topic that is shutting down).
 _PUT_FAILED = (503, "EXITING")
 _READ_CHUNK = 1 << 16
+# request storage: "log this request" (typed keys exist from aiohttp 3.14 and warn without them)
+_LOG = web.RequestKey("nsq_log", bool) if hasattr(web, "RequestKey") else "nsq_log"
 
 
 class HttpError(Exception):
@@ -363,7 +365,7 @@ class HttpApi:
         hit = self.router.lookup(method, path)
         if hit is not None:
             route, param = hit
-            request["nsq_log"] = route.logged
+            request[_LOG] = route.logged
             return await route.handler(request, param)
         if method in self.router.methods and method != "CONNECT" and path != "/":
             fixed = (self.router.trailing_slash_fix(method, path)
@@ -377,11 +379,11 @@ class HttpApi:
         else:
             allow = self.router.allowed(path, method)
             if allow:
-                request["nsq_log"] = True
+                request[_LOG] = True
                 resp = _error(405, "METHOD_NOT_ALLOWED")
                 resp.headers["Allow"] = allow
                 return resp
-        request["nsq_log"] = True
+        request[_LOG] = True
         return _error(404, "NOT_FOUND")
 
     @staticmethod
@@ -407,9 +409,9 @@ class HttpApi:
             response = _error(err.status, err.message)
         except Exception as err:  # upstream's panic handler
             self.logger.error("panic in HTTP handler - %s", err, exc_info=True)
-            request["nsq_log"] = True
+            request[_LOG] = True
             response = _error(500, "INTERNAL_ERROR")
-        if request.get("nsq_log"):
+        if request.get(_LOG):
             peer = request.transport.get_extra_info("peername") if request.transport else None
             remote = (f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or ""))
             self.logger.info("%d %s %s (%s) %s", response.status, request.method,
