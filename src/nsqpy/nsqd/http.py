@@ -395,10 +395,7 @@ class HttpApi:
             body = f'<a href="{_html_escape(location)}">Moved Permanently</a>.\n\n'
             return web.Response(status=301, text=body, content_type="text/html",
                                 headers={"Location": location})
-        headers = {"Location": location}
-        if request.method == "HEAD":
-            headers["Content-Type"] = "text/html; charset=utf-8"
-        return web.Response(status=307, headers=headers)
+        return web.Response(status=307, headers={"Location": location})
 
     @web.middleware
     async def _guard(self, request: web.Request, handler) -> web.StreamResponse:
