@@ -1,7 +1,24 @@
 """asyncio NSQ client: :class:`Producer`, :class:`Consumer`, and the low-level :class:`NSQConnection`.
 
-Wire behaviour only (no shortcuts into nsqpy's own nsqd), so it works against upstream nsqd too.
-Blocking helpers: :func:`publish`, :class:`SyncPublisher`, :func:`http_publish`.
+Wire behaviour only (no shortcuts into nsqpy's own nsqd), so it works against upstream nsqd too::
+
+    from nsqpy.client import Consumer, Producer, publish
+
+    async with Producer("127.0.0.1:4150") as p:
+        await p.pub("events", b"hello")           # returns once nsqd said OK
+        await p.mpub("events", [b"a", b"b"])
+        await p.dpub("events", 30.0, b"later")     # delay in seconds
+
+    async def handle(msg):                          # return -> FIN, raise -> REQ + backoff
+        ...
+
+    async with Consumer("events", "archive", handle,
+                        lookupd_http_addresses=["127.0.0.1:4161"], max_in_flight=100) as c:
+        await stop_event.wait()                     # leaving the block drains and closes
+
+    publish("events", b"from a script", "127.0.0.1:4150")   # blocking, no event loop needed
+
+Durations are seconds everywhere (converted to nsqd's milliseconds on the wire).
 """
 
 from .backoff import ConsumerBackoff, ReconnectBackoff

@@ -328,7 +328,7 @@ class Consumer:
             return False
         finally:
             self._connecting.discard(addr)
-        if self._closing:
+        if self._closing or conn.is_closed:  # closed before we could register it: retry
             conn.close()
             return False
         self._conns[addr] = conn
