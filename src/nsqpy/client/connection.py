@@ -238,7 +238,7 @@ class NSQConnection(asyncio.Protocol):
         )
         if transport is None:
             raise IdentifyError(f"{self.address}: TLS upgrade failed")
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = transport
 
     async def subscribe(self, topic: str, channel: str) -> None:
         """SUB; nsqd starts us at RDY 0, so nothing arrives before :meth:`ready`."""
