@@ -382,3 +382,19 @@ async def test_close_without_start_and_twice():
         Consumer("bad topic", "c", lambda m: None, nsqd_tcp_addresses=["127.0.0.1:1"])
     with pytest.raises(ValueError):
         Consumer("t", "c", lambda m: None)  # nowhere to connect
+
+
+async def test_rdy_capped_by_nsqd_max_rdy_count(servers):
+    node = servers.nsqd("--max-rdy-count=40")
+    topic = unique()
+
+    def handler(msg: Message) -> None:
+        pass
+
+    async with Consumer(
+        topic, "ch", handler, nsqd_tcp_addresses=[node.tcp_address], max_in_flight=1000
+    ) as c:
+        conn = next(iter(c.connections.values()))
+        assert conn.max_rdy_count == 40
+        await wait_for(lambda: _counts_are([node.http_address], topic, [40]))
+        assert c.total_rdy() == 40
