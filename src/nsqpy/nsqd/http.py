@@ -485,7 +485,7 @@ class HttpApi:
             return
         try:
             persist()
-        except OSError as err:
+        except Exception as err:  # upstream ignores the result: the pause itself succeeded
             self.logger.error("failed to persist metadata - %s", err)
 
     # --- handlers ------------------------------------------------------------------------------
