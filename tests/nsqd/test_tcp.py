@@ -325,17 +325,39 @@ def test_max_channel_consumers(nsqd_factory):
     w.expect_error(f"E_SUB_FAILED SUB failed consumers for {topic}:ch exceeds limit of 1".encode())
 
 
-def test_disconnect_requeues_in_flight(addr):
+def test_disconnect_leaves_in_flight_to_time_out(addr):
+    """Upstream keeps a gone consumer's messages in flight until their timeout."""
     topic = unique_name()
     Wire(addr).pub(topic, b"orphan")
     first = Wire(addr)
+    first.identify(msg_timeout=1000)
     first.sub(topic, "ch", rdy=1)
     m = first.read_message()
+    t0 = time.monotonic()
     first.close()
     second = Wire(addr)
     second.sub(topic, "ch", rdy=1)
     m2 = second.read_message()
     assert m2.id == m.id and m2.attempts == 2
+    assert time.monotonic() - t0 >= 0.7
+
+
+def test_sample_rate_keeps_delivering_with_low_rdy(addr):
+    topic = unique_name()
+    w = Wire(addr)
+    w.identify(sample_rate=50)
+    w.sub(topic, "ch", rdy=1)
+    Wire(addr).mpub(topic, [b"%d" % i for i in range(200)])
+    got = 0
+    w.sock.settimeout(1.0)
+    try:
+        while True:
+            m = w.read_message()
+            got += 1
+            w.cmd(b"FIN", m.id)
+    except OSError:
+        pass
+    assert 50 < got < 160
 
 
 def test_sample_rate_drops_part_of_the_stream(addr):

@@ -7,8 +7,9 @@ stream stays first-in first-out and nothing on disk starves.
 
 In-flight messages live in their consumer's ordered dict (see :mod:`nsqpy.nsqd.client`), so a FIN
 is one dict pop on the connection that received the message, and timeouts are found by walking
-each dict from its oldest entry. Deferred messages sit in one heap per channel. Both are swept by
-nsqd's periodic scan, never by a timer per message.
+each dict from its oldest entry. As upstream, a consumer that disconnects leaves its in-flight
+messages to time out (its dict is kept as an orphan until then). Deferred messages sit in one heap
+per channel. Both are swept by nsqd's periodic scan, never by a timer per message.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
 from ..protocol.message import _FRAME_PREFIX, decode_message, encode_message
 from ..protocol.names import is_ephemeral
+from .metadata import take_deferred_sidecar, write_deferred_sidecar
 from .quantile import LatencyQuantiles
 
 if TYPE_CHECKING:
@@ -47,9 +49,15 @@ class Channel:
         self.ephemeral = is_ephemeral(name)
         self.mem: deque[Msg] = deque()
         self.mem_cap = nsqd.options.mem_queue_size
-        self.backend = nsqd.make_backend(f"{topic.name}:{name}", self.ephemeral)
+        self.queue_name = f"{topic.name}:{name}"
+        self.backend = nsqd.make_backend(self.queue_name, self.ephemeral)
         self.deferred: list[tuple[float, int, Msg]] = []
         self.clients: list["ClientV2"] = []
+        # in-flight dicts of consumers that disconnected: their messages time out as upstream's do
+        self.orphans: list[dict[bytes, tuple]] = []
+        # due times (unix ns) of deferred messages flushed to disk at the last shutdown
+        self.due_after_restart: dict[bytes, int] = (
+            {} if self.ephemeral else take_deferred_sidecar(nsqd.data_path, self.queue_name))
         self.paused = False
         self.exiting = False
         self.message_count = 0
@@ -68,7 +76,7 @@ class Channel:
 
     @property
     def in_flight_count(self) -> int:
-        return sum(len(c.in_flight) for c in self.clients)
+        return sum(len(c.in_flight) for c in self.clients) + sum(map(len, self.orphans))
 
     # --- putting messages in -------------------------------------------------------------------
 
@@ -110,7 +118,8 @@ class Channel:
 
     # --- delivery ------------------------------------------------------------------------------
 
-    def _take(self, n: int) -> list[Msg]:
+    def _take(self, n: int) -> list[Msg] | None:
+        """Up to ``n`` queued messages; None when the queue gave nothing at all (empty or stuck)."""
         mem = self.mem
         if len(mem) >= n:
             popleft = mem.popleft
@@ -118,11 +127,22 @@ class Channel:
         out = list(mem)
         mem.clear()
         backend = self.backend
+        took = len(out)
         if len(out) < n and backend.depth:
+            restored = self.due_after_restart
+            now_ns = _time_ns()
             for raw in backend.get_many(n - len(out)):
+                took += 1
                 m = decode_message(raw)
-                out.append((m.id, m.body, m.timestamp, m.attempts))
-        return out
+                msg = (m.id, m.body, m.timestamp, m.attempts)
+                if restored:
+                    due_ns = restored.pop(m.id, 0)
+                    if due_ns > now_ns:  # deferred before the restart: wait out the rest
+                        heapq.heappush(self.deferred,
+                                       (_monotonic() + (due_ns - now_ns) / 1e9, next(_seq), msg))
+                        continue
+                out.append(msg)
+        return out if took else None
 
     def dispatch(self) -> None:
         """Send queued messages to every consumer with room under its RDY."""
@@ -136,13 +156,18 @@ class Channel:
         self._rr = start + 1
         for k in range(n):
             client = clients[(start + k) % n]
-            room = client.ready_count - len(client.in_flight)
-            if room <= 0 or not client.writable:
+            if not client.writable:
                 continue
-            msgs = self._take(room)
-            if not msgs:
-                return
-            self._send(client, msgs)
+            # sampling and restored deferrals can use up messages without filling the room
+            while True:
+                room = client.ready_count - len(client.in_flight)
+                if room <= 0:
+                    break
+                msgs = self._take(room)
+                if msgs is None:
+                    return
+                if msgs:
+                    self._send(client, msgs)
 
     def _send(self, client: "ClientV2", msgs: list[Msg]) -> None:
         now = _monotonic()
@@ -169,6 +194,9 @@ class Channel:
     def _owner_error(self, client: "ClientV2", mid: bytes) -> str:
         for other in self.clients:
             if other is not client and mid in other.in_flight:
+                return "client does not own message"
+        for orphan in self.orphans:
+            if mid in orphan:
                 return "client does not own message"
         return "ID not in flight"
 
@@ -209,8 +237,9 @@ class Channel:
     def scan(self, now: float) -> bool:
         """Requeue timed-out in-flight messages and release due deferred ones; True if any."""
         moved = False
-        for client in self.clients:
-            in_flight = client.in_flight
+        if self.orphans:
+            self.orphans = [o for o in self.orphans if o]
+        for in_flight in [c.in_flight for c in self.clients] + self.orphans:
             if not in_flight:
                 continue
             expired = []
@@ -220,7 +249,6 @@ class Channel:
                 expired.append(mid)
             if expired:
                 msgs = [in_flight.pop(mid)[:4] for mid in expired]
-                client.timeout_count += len(msgs)
                 self.timeout_count += len(msgs)
                 self.requeue(msgs)
                 moved = True
@@ -241,17 +269,14 @@ class Channel:
         self.clients.append(client)
 
     def remove_client(self, client: "ClientV2") -> None:
-        """A consumer left: its in-flight messages go straight back to the queue."""
+        """A consumer left; like upstream, its in-flight messages stay until they time out."""
         try:
             self.clients.remove(client)
         except ValueError:
             return
-        if client.in_flight and not self.exiting:
-            msgs = [e[:4] for e in client.in_flight.values()]
-            client.in_flight.clear()
-            self.timeout_count += len(msgs)
-            self.requeue(msgs)
-            self.dispatch()
+        if client.in_flight:
+            self.orphans.append(client.in_flight)
+            client.in_flight = {}
         if self.ephemeral and not self.clients and not self.exiting:
             self.topic.delete_channel(self.name)
 
@@ -268,6 +293,8 @@ class Channel:
         """Drop queued, deferred and in-flight messages; consumers stay connected."""
         self.mem.clear()
         self.deferred.clear()
+        self.orphans.clear()
+        self.due_after_restart.clear()
         for client in self.clients:
             client.in_flight.clear()
         self.backend.empty()
@@ -279,9 +306,14 @@ class Channel:
             client.close_connection()
         if flush and not self.ephemeral:
             pending = list(self.mem)
-            for client in self.clients:
-                pending.extend(e[:4] for e in client.in_flight.values())
-            pending.extend(m for _, _, m in sorted(self.deferred))
+            for in_flight in [c.in_flight for c in self.clients] + self.orphans:
+                pending.extend(e[:4] for e in in_flight.values())
+            # deferred messages go to disk like upstream's; their due times go to our sidecar
+            now, now_ns = _monotonic(), _time_ns()
+            due = dict(self.due_after_restart)
+            for when, _, m in sorted(self.deferred):
+                pending.append(m)
+                due[m[0]] = now_ns + int((when - now) * 1e9)
             self.mem.clear()
             self.deferred.clear()
             if pending:
@@ -291,6 +323,11 @@ class Channel:
                     self.nsqd.logger.error(
                         "channel(%s:%s): failed to flush %d messages - %s",
                         self.topic_name, self.name, len(pending), err)
+            try:
+                write_deferred_sidecar(self.nsqd.data_path, self.queue_name, due)
+            except OSError as err:
+                self.nsqd.logger.error("channel(%s:%s): failed to save deferred due times - %s",
+                                       self.topic_name, self.name, err)
             self.backend.close()
         else:
             self.backend.close()
@@ -303,4 +340,6 @@ class Channel:
         self.clients.clear()
         self.mem.clear()
         self.deferred.clear()
+        self.orphans.clear()
         self.backend.delete()
+        write_deferred_sidecar(self.nsqd.data_path, self.queue_name, {})

@@ -12,8 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..common.addr import is_unix_socket, split_host_port
 from ..protocol.commands import Limits
+from .. import NSQ_COMPAT_VERSION
 from ..protocol.message import MESSAGE_HEADER_SIZE, IdFactory
+from ..protocol.names import is_ephemeral, is_valid_name
 from .diskqueue import DiskQueue, DummyQueue
+from .lookup import LookupdPeers
+from .metadata import METADATA_FILE, DataPathLock, atomic_write, encode_metadata, read_metadata
 from .options import Options
 from .topic import Topic
 
@@ -48,6 +52,12 @@ class NSQD:
         self._tcp_server: asyncio.AbstractServer | None = None
         self._tasks: list[asyncio.Task] = []
         self.http_runner: Any = None
+        self._lock = DataPathLock(self.data_path)
+        self._loading = False
+        self._persist_scheduled = False
+        self.lookup = LookupdPeers(options.lookupd_tcp_address, self.lookupd_identity,
+                                   self.registrations, logger,
+                                   max_body_size=options.max_body_size)
 
     # --- health --------------------------------------------------------------------------------
 
@@ -103,18 +113,151 @@ class NSQD:
         self.on_topic_deleted(topic)
         return True
 
-    # hooks for lookupd registration and metadata persistence
+    def get_existing_topic(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    # --- lookupd registration and metadata: every create/delete is announced and persisted ---
+
     def on_topic_created(self, topic: Topic) -> None:
-        pass
+        self.lookup.register(topic.name)
+        self._schedule_persist(topic.ephemeral)
+        if not self._loading and self.lookup.http_addresses():
+            topic.ready = False  # messages wait until lookupd's channels exist
+            task = self.loop.create_task(self._precreate_channels(topic))
+            self._tasks.append(task)
+            task.add_done_callback(self._forget_task)
 
     def on_topic_deleted(self, topic: Topic) -> None:
-        pass
+        self.lookup.unregister(topic.name)
+        self._schedule_persist(topic.ephemeral)
 
     def on_channel_created(self, topic: Topic, channel: "Channel") -> None:
-        pass
+        self.lookup.register(topic.name, channel.name)
+        self._schedule_persist(channel.ephemeral)
 
     def on_channel_deleted(self, topic: Topic, channel: "Channel") -> None:
-        pass
+        self.lookup.unregister(topic.name, channel.name)
+        self._schedule_persist(channel.ephemeral)
+
+    def _forget_task(self, task: asyncio.Task) -> None:
+        try:
+            self._tasks.remove(task)
+        except ValueError:
+            pass
+
+    async def _precreate_channels(self, topic: Topic) -> None:
+        """Ask every lookupd which channels the topic has, so none misses the first messages."""
+        import aiohttp
+
+        opts = self.options
+        timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
+                                        connect=opts.http_client_connect_timeout)
+        names: set[str] = set()
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                for addr in self.lookup.http_addresses():
+                    url = f"http://{addr}/channels"
+                    try:
+                        async with session.get(url, params={"topic": topic.name}, headers={
+                                "Accept": "application/vnd.nsq; version=1.0"}) as resp:
+                            if resp.status != 200:
+                                continue
+                            doc = await resp.json(content_type=None)
+                    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as err:
+                        self.logger.error("LOOKUP(%s): failed to query channels of %s - %s",
+                                          addr, topic.name, err)
+                        continue
+                    for name in doc.get("channels") or []:
+                        if isinstance(name, str) and is_valid_name(name) and not is_ephemeral(name):
+                            names.add(name)
+        finally:
+            if not topic.exiting:
+                for name in sorted(names):
+                    topic.get_channel(name)
+                topic.start()
+
+    def registrations(self) -> list[tuple[str, str | None]]:
+        out: list[tuple[str, str | None]] = []
+        for topic in self.topics.values():
+            if not topic.channels:
+                out.append((topic.name, None))
+            for name in topic.channels:
+                out.append((topic.name, name))
+        return out
+
+    def lookupd_identity(self) -> dict[str, Any]:
+        opts = self.options
+        return {
+            "version": NSQ_COMPAT_VERSION,
+            "tcp_port": opts.broadcast_tcp_port or self.tcp_port,
+            "http_port": opts.broadcast_http_port or self.http_port,
+            "hostname": socket.gethostname(),
+            "broadcast_address": opts.broadcast_address,
+            "topology_zone": opts.topology_zone,
+            "topology_region": opts.topology_region,
+        }
+
+    def set_lookupd_addresses(self, addresses: list[str]) -> None:
+        """``PUT /config/nsqlookupd_tcp_addresses``: add and drop peers live."""
+        self.lookup.set_addresses(addresses)
+
+    def _schedule_persist(self, ephemeral: bool) -> None:
+        if ephemeral or self._loading or self._persist_scheduled:
+            return
+        self._persist_scheduled = True
+        self.loop.call_soon(self._persist_soon)
+
+    def _persist_soon(self) -> None:
+        self._persist_scheduled = False
+        try:
+            self.persist_metadata()
+        except OSError as err:
+            self.logger.error("failed to persist metadata - %s", err)
+
+    def persist_metadata(self) -> None:
+        """Write nsqd.dat atomically (upstream's JSON; ephemeral topics/channels left out)."""
+        topics = []
+        for topic in sorted(self.topics.values(), key=lambda t: t.name):
+            if topic.ephemeral:
+                continue
+            channels = [{"name": c.name, "paused": c.paused}
+                        for c in sorted(topic.channels.values(), key=lambda c: c.name)
+                        if not c.ephemeral]
+            topics.append({"name": topic.name, "paused": topic.paused,
+                           "channels": channels or None})
+        atomic_write(os.path.join(self.data_path, METADATA_FILE), encode_metadata(topics))
+
+    def load_metadata(self) -> None:
+        """Recreate topics and channels (and their pause state) from nsqd.dat."""
+        try:
+            topics = read_metadata(self.data_path)
+        except ValueError as err:
+            bad = os.path.join(self.data_path, METADATA_FILE)
+            self.logger.error("%s; moving %s aside as .bad", err, bad)
+            os.replace(bad, bad + ".bad")
+            return
+        if topics is None:
+            return
+        self._loading = True
+        try:
+            for t in topics:
+                name = t.get("name")
+                if not isinstance(name, str) or not is_valid_name(name):
+                    self.logger.warning("skipping creation of invalid topic %r", name)
+                    continue
+                topic = self.get_topic(name)
+                if t.get("paused"):
+                    topic.pause()
+                for c in t.get("channels") or []:
+                    cname = c.get("name") if isinstance(c, dict) else None
+                    if not isinstance(cname, str) or not is_valid_name(cname):
+                        self.logger.warning("skipping creation of invalid channel %r", cname)
+                        continue
+                    channel = topic.get_channel(cname)
+                    if c.get("paused"):
+                        channel.pause()
+        finally:
+            self._loading = False
 
     # --- clients -------------------------------------------------------------------------------
 
@@ -155,6 +298,9 @@ class NSQD:
         from .client import ClientV2
 
         opts = self.options
+        self._lock.acquire()
+        self.load_metadata()
+        self.persist_metadata()
         addr = opts.tcp_address
         if is_unix_socket(addr):
             self._tcp_server = await self.loop.create_unix_server(lambda: ClientV2(self), addr)
@@ -171,6 +317,7 @@ class NSQD:
             self.http_runner, self.http_port = await start_http(self, opts.http_address)
         self._tasks.append(self.loop.create_task(self._scan_loop()))
         self._tasks.append(self.loop.create_task(self._backend_loop()))
+        self.lookup.start()
 
     async def shutdown(self) -> None:
         """Graceful exit: stop listening, close clients, flush queues to disk."""
@@ -184,10 +331,16 @@ class NSQD:
             client.close_connection()
         if self.http_runner is not None:
             await self.http_runner.cleanup()
-        for task in self._tasks:
-            task.cancel()
+        try:
+            self.persist_metadata()
+        except OSError as err:
+            self.logger.error("failed to persist metadata - %s", err)
         for topic in list(self.topics.values()):
             topic.close(flush=True)
+        await self.lookup.close()
+        for task in list(self._tasks):
+            task.cancel()
+        self._lock.release()
         self.logger.info("NSQ: bye")
 
 
