@@ -40,6 +40,7 @@ from .options import USER_AGENT, ConnectionOptions
 from .producer import Producer
 from .rdy import RdyBudget
 from .sync import SyncPublisher, http_mpublish, http_publish, publish
+from .threaded import LoopThread, subscribe
 
 __all__ = [
     "ClosedError",
@@ -50,6 +51,7 @@ __all__ = [
     "HTTPPublishError",
     "IdentifyError",
     "LookupdPoller",
+    "LoopThread",
     "Message",
     "NSQConnection",
     "NSQError",
@@ -65,4 +67,5 @@ __all__ = [
     "http_pub",
     "http_publish",
     "publish",
+    "subscribe",
 ]
