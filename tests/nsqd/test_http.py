@@ -608,8 +608,14 @@ def test_stats_text_format(nsqd):
 def test_stats_e2e_latency(nsqd_factory):
     node = nsqd_factory("--e2e-processing-latency-percentile=1.0,0.5")
     topic = unique_name()
+    call(node, "POST", f"/topic/create?topic={topic}")
+    no_stream = {"count": 0, "percentiles": None}
+    assert topic_stats(node, topic)["e2e_processing_latency"] == no_stream  # no channel yet
     sub = Wire(node.tcp_address)
     sub.sub(topic, "ch", rdy=10)
+    empty = {"count": 0, "percentiles": [{"quantile": 1, "value": 0}, {"quantile": 0.5, "value": 0}]}
+    t = topic_stats(node, topic)
+    assert t["e2e_processing_latency"] == t["channels"][0]["e2e_processing_latency"] == empty
     call(node, "POST", f"/mpub?topic={topic}", body=b"1\n2\n3")
     for _ in range(3):
         sub.cmd(b"FIN", sub.read_message().id)

@@ -66,6 +66,8 @@ def test_latency_numbers_print_like_go():
                                                   {"quantile": 0.99, "value": 12.0}]})
     assert s.go_json(e2e) == b'{"count":3,"percentiles":[{"quantile":1,"value":1500},{"quantile":0.99,"value":12}]}'
     assert s._latency(None) == {"count": 0, "percentiles": None}
+    assert s._latency({"count": 0, "percentiles": None}, [0.99, 1.0]) == {
+        "count": 0, "percentiles": [{"quantile": 0.99, "value": 0}, {"quantile": 1, "value": 0}]}
     assert s._e2e_text(e2e) == "1.5us, 12.0ns"
     assert s._nanos_to_human(2.5e9) == "2.5s" and s._nanos_to_human(3.25e6) == "3.2ms"
 

@@ -43,11 +43,17 @@ def _go_number(value: float | int) -> float | int:
     return value
 
 
-def _latency(result: dict | None) -> dict:
+def _latency(result: dict | None, tracked: list[float] | None = None) -> dict:
+    """Upstream's ``quantile.Result``. ``tracked``: the configured percentiles when a stream
+    exists; upstream then lists every one even before any sample (value 0, as an empty perks
+    stream answers), and ``null`` only when there is no stream at all."""
     if not result:
-        return dict(_NO_LATENCY)
+        result = dict(_NO_LATENCY)
     pcts = result.get("percentiles")
     if pcts is None:
+        if tracked:
+            return {"count": result.get("count", 0),
+                    "percentiles": [{"quantile": _go_number(q), "value": 0} for q in tracked]}
         return {"count": result.get("count", 0), "percentiles": None}
     return {"count": result["count"],
             "percentiles": [{"quantile": _go_number(p["quantile"]), "value": _go_number(p["value"])}
@@ -96,6 +102,7 @@ def channel_stats(channel: "Channel", include_clients: bool, topic_filter: str =
     clients = ([client_stats(c, topic_filter) for c in channel.clients]
                if include_clients else None)
     e2e = channel.e2e.result() if channel.e2e is not None else None
+    tracked = channel.e2e.percentiles if channel.e2e is not None else None
     return {
         "channel_name": channel.name,
         "depth": channel.depth,
@@ -108,8 +115,16 @@ def channel_stats(channel: "Channel", include_clients: bool, topic_filter: str =
         "client_count": len(channel.clients),
         "clients": clients,
         "paused": channel.paused,
-        "e2e_processing_latency": _latency(e2e),
+        "e2e_processing_latency": _latency(e2e, tracked),
     }
+
+
+def _topic_tracked(topic: "Topic") -> list[float] | None:
+    """A topic's aggregate stream exists once one of its channels tracks latency."""
+    for channel in topic.channels.values():
+        if channel.e2e is not None:
+            return channel.e2e.percentiles
+    return None
 
 
 def topic_stats(topic: "Topic", channels: list[dict]) -> dict:
@@ -121,7 +136,7 @@ def topic_stats(topic: "Topic", channels: list[dict]) -> dict:
         "message_count": topic.message_count,
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
-        "e2e_processing_latency": _latency(topic.e2e_result()),
+        "e2e_processing_latency": _latency(topic.e2e_result(), _topic_tracked(topic)),
     }
 
 
