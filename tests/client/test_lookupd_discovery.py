@@ -126,8 +126,7 @@ async def test_nodes_come_and_go(servers):
     topic = unique()
     async with Producer(a.tcp_address) as p:
         await p.pub(topic, b"from a")
-    if not await _registered_by_nsqd(lookupd, topic):
-        pytest.skip("this nsqd does not register topics with --lookupd-tcp-address (yet)")
+    assert await _registered_by_nsqd(lookupd, topic), "nsqd did not register the topic with lookupd"
 
     got: list[tuple[str, bytes]] = []
 
