@@ -184,3 +184,32 @@ async def test_lookupd_down_keeps_existing_connections(servers):
 async def test_unknown_topic_is_an_empty_answer(servers):
     lookupd = servers.nsqlookupd()
     assert await _lookup(lookupd, unique()) == set()
+
+
+async def test_discovered_node_restarts(servers):
+    lookupd = servers.nsqlookupd()
+    flag = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    node = servers.nsqd(flag)
+    topic = unique()
+    async with Producer(node.tcp_address) as p:
+        await p.pub(topic, b"before")
+    assert await _registered_by_nsqd(lookupd, topic)
+    got: list[bytes] = []
+
+    async def handler(msg: Message) -> None:
+        got.append(msg.body)
+
+    async with Consumer(
+        topic, "ch", handler, lookupd_http_addresses=[lookupd.http_address],
+        lookupd_poll_interval=0.2, lookupd_poll_jitter=0.1, max_in_flight=4,
+    ) as c:
+        await wait_for(lambda: got == [b"before"])
+        old = c.connections[node.tcp_address]
+        node = servers.restart(node, flag)  # same ports; topic comes back from nsqd.dat
+        await wait_for(lambda: old.is_closed)
+        await wait_for(lambda: node.tcp_address in c.connections, timeout=15)
+        assert c.connections[node.tcp_address] is not old
+        await wait_for(lambda: c.total_rdy() == 4)
+        async with Producer(node.tcp_address) as p:
+            await p.pub(topic, b"after")
+        await wait_for(lambda: got == [b"before", b"after"])
