@@ -294,11 +294,13 @@ def test_sync_every(tmp_path: Path) -> None:
     assert not meta_file(tmp_path).exists() or meta_file(tmp_path).read_bytes() == \
         meta_text(0, 0, 0, 0, 0)
     q.put(msg(2))
+    q.wait_background()  # the group commit runs on the sync thread
     assert meta_file(tmp_path).read_bytes() == meta_text(3, 0, 0, 0, 3 * 104)
     q.get()
     q.get()
     assert meta_file(tmp_path).read_bytes() == meta_text(3, 0, 0, 0, 3 * 104)
     q.get()  # reads count too
+    q.wait_background()
     assert meta_file(tmp_path).read_bytes() == meta_text(0, 0, 312, 0, 312)
     q.close()
 
@@ -324,6 +326,7 @@ def test_tick_syncs_after_timeout(tmp_path: Path) -> None:
     q.tick(now)
     assert not meta_file(tmp_path).exists()
     q.tick(now + 5.1)
+    q.wait_background()
     assert meta_file(tmp_path).read_bytes() == meta_text(1, 0, 0, 0, 104)
     # no activity: no sync
     os.unlink(meta_file(tmp_path))
@@ -331,6 +334,7 @@ def test_tick_syncs_after_timeout(tmp_path: Path) -> None:
     assert not meta_file(tmp_path).exists()
     q.get()
     q.tick(time.monotonic() + 5.1)
+    q.wait_background()
     assert meta_file(tmp_path).read_bytes() == meta_text(0, 0, 104, 0, 104)
     q.close()
 

@@ -28,7 +28,11 @@ Design (why it differs from go-diskqueue's goroutine)
 
 Sync policy
     fsync (fdatasync) of the write file + metadata when reads+writes since the last sync reach
-    ``sync_every``; from ``tick`` once ``sync_timeout`` has passed with activity; on every roll
+    ``sync_every`` (with ``sync_every > 1`` this group commit runs on a background thread, as
+    upstream's ioLoop goroutine does it beside the publishers: the event loop only snapshots the
+    metadata and hands over a dup of the write fd, and a generation number keeps an older
+    snapshot from ever replacing a newer one); from ``tick`` once ``sync_timeout`` has passed
+    with activity; on every roll
     and every reader file advance; on ``close``. The directory is fsynced after a sync that
     follows creating or deleting files. Errors from these automatic syncs are logged, never
     raised out of ``put``/``get`` (the record is already written or handed out; raising would
@@ -64,6 +68,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 import random
 import re
 import struct
@@ -129,6 +135,7 @@ class DiskQueue:
         "_rfd", "_rbuf", "_roff", "_rbase", "_rlimit",
         "_wfd", "_wdirty", "_count", "_needs_sync", "_pending", "_dir_dirty",
         "_last_sync", "_closed", "_prefix", "_meta_path",
+        "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error",
     )
 
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
@@ -167,6 +174,12 @@ class DiskQueue:
         self._dir_dirty = False  # files created/removed since the last directory fsync
         self._last_sync = time.monotonic()
         self._closed = False
+        # background group commit: metadata writes are ordered by generation under the lock
+        self._meta_lock = threading.Lock()
+        self._meta_gen = 0
+        self._meta_written = 0
+        self._bg_busy = False
+        self._bg_error: OSError | None = None
 
         self._load()
         if self._needs_sync:
@@ -199,8 +212,10 @@ class DiskQueue:
         self.depth += 1
         self._wdirty = True
         self._count += 1
-        if self._count >= self.sync_every or self._needs_sync:
+        if self._needs_sync:
             self._sync_quiet()
+        elif self._count >= self.sync_every:
+            self._sync_due()
 
     def put_many(self, datas: Sequence[bytes]) -> None:
         """Append records in order with one ``pwrite`` per data file touched.
@@ -235,8 +250,10 @@ class DiskQueue:
         self.depth += k
         self._wdirty = True
         self._count += k
-        if self._count >= self.sync_every or self._needs_sync:
+        if self._needs_sync:
             self._sync_quiet()
+        elif self._count >= self.sync_every:
+            self._sync_due()
 
     def get(self) -> bytes | None:
         """Hand out the next record (it counts as consumed) or None when the queue is empty."""
@@ -298,7 +315,10 @@ class DiskQueue:
         if self._wfd is not None and self._wdirty:
             _fdatasync(self._wfd)
             self._wdirty = False
-        self._persist_meta()
+        with self._meta_lock:
+            self._meta_gen += 1
+            self._persist_meta_text(self._meta_text())
+            self._meta_written = self._meta_gen
         if self._dir_dirty:
             self._sync_dir()
         self._count = 0
@@ -311,14 +331,22 @@ class DiskQueue:
         was activity and ``sync_timeout`` has passed since the last sync."""
         if self._closed:
             return
+        err = self._bg_error
+        if err is not None:
+            self._bg_error = None
+            self.logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, err)
+            self._pending = True
         if (self._count or self._needs_sync or self._pending) and \
-                now - self._last_sync >= self.sync_timeout:
-            self._sync_quiet()
+                now - self._last_sync >= self.sync_timeout and not self._bg_busy:
+            self._sync_due()
 
     def empty(self) -> None:
         """Drop everything: delete all data files and the metadata, continue at the next file
         number (upstream). Raises the first OSError met after completing the reset."""
         self.logger.info("DISKQUEUE(%s): emptying", self.name)
+        with self._meta_lock:  # a background sync still running must not rewrite the metadata
+            self._meta_gen += 1
+            self._meta_written = self._meta_gen
         err = self._remove_all(bad_too=False)
         self.write_file_num += 1
         self.write_pos = 0
@@ -573,8 +601,10 @@ class DiskQueue:
                 return
         elif pos >= self.write_pos:
             self._check_tail()
-        if self._count >= self.sync_every or self._needs_sync:
+        if self._needs_sync:
             self._sync_quiet()
+        elif self._count >= self.sync_every:
+            self._sync_due()
 
     def _fill(self) -> bool:
         """Bring more bytes of the read file into the buffer, or move to the next file.
@@ -725,9 +755,70 @@ class DiskQueue:
             self._pending = True  # tick() retries
             self._last_sync = time.monotonic()
 
+    def wait_background(self, timeout: float = 5.0) -> None:
+        """Block until a background group commit in progress is on disk (tests, tools)."""
+        deadline = time.monotonic() + timeout
+        while self._bg_busy and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def _sync_due(self) -> None:
+        """Group commit: synchronous for ``sync_every == 1`` (durable mode), else on the
+        background thread; while one is running, further triggers just wait for the next."""
+        if self.sync_every <= 1:
+            self._sync_quiet()
+            return
+        if self._bg_busy or self._closed:
+            return
+        fd = None
+        if self._wfd is not None and self._wdirty:
+            try:
+                fd = os.dup(self._wfd)
+            except OSError:
+                self._sync_quiet()
+                return
+            self._wdirty = False
+        with self._meta_lock:
+            self._meta_gen += 1
+            gen = self._meta_gen
+        text = self._meta_text()
+        dir_fsync = self._dir_dirty
+        self._dir_dirty = False
+        self._count = 0
+        self._pending = False
+        self._last_sync = time.monotonic()
+        self._bg_busy = True
+        _background().submit(self._background_sync, fd, text, gen, dir_fsync)
+
+    def _background_sync(self, fd: int | None, text: bytes, gen: int, dir_fsync: bool) -> None:
+        """Runs on the sync thread: fdatasync, then metadata no older than what is on disk."""
+        try:
+            if fd is not None:
+                try:
+                    _fdatasync(fd)
+                finally:
+                    os.close(fd)
+            with self._meta_lock:
+                if gen > self._meta_written:
+                    self._persist_meta_text(text)
+                    self._meta_written = gen
+            if dir_fsync:
+                self._sync_dir()
+        except OSError as e:
+            self._bg_error = e  # reported and retried by tick() on the loop thread
+        finally:
+            self._bg_busy = False
+
+    def _meta_text(self) -> bytes:
+        return b"%d\n%d,%d\n%d,%d\n" % (self.depth, self.read_file_num, self.read_pos,
+                                         self.write_file_num, self.write_pos)
+
     def _persist_meta(self) -> None:
-        text = b"%d\n%d,%d\n%d,%d\n" % (self.depth, self.read_file_num, self.read_pos,
-                                        self.write_file_num, self.write_pos)
+        with self._meta_lock:
+            self._meta_gen += 1
+            self._persist_meta_text(self._meta_text())
+            self._meta_written = self._meta_gen
+
+    def _persist_meta_text(self, text: bytes) -> None:
         tmp = "%s.%d.tmp" % (self._meta_path, _rand.getrandbits(62))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o600)
         try:
@@ -753,6 +844,7 @@ class DiskQueue:
         finally:
             os.close(fd)
         self._dir_dirty = False
+
 
     # --- startup --------------------------------------------------------------------------------
 
@@ -963,3 +1055,14 @@ class DummyQueue:
 
     def delete(self) -> None:
         pass
+
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _background() -> ThreadPoolExecutor:
+    """One sync thread for all queues: fsyncs are serialised by the disk anyway."""
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskqueue-sync")
+    return _executor
