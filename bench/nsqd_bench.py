@@ -75,48 +75,76 @@ def publisher(addr: str, topic: str, batches: int, window: int, result: mp.Queue
 
 
 def consumer(addr: str, topic: str, channel: str, expect: int, rdy: int, result: mp.Queue,
-             latency: bool = False) -> None:
-    """SUB, RDY, FIN every message; stops after ``expect`` messages (or 5 s of silence)."""
+             latency: bool = False, shared=None) -> None:
+    """SUB, RDY, FIN every message; stops once ``expect`` messages were received by all the
+    consumers sharing ``shared`` (a multiprocessing.Value), or after 5 s of silence."""
     s = _connect(addr)
     s.sendall(b"SUB %s %s\nRDY %d\n" % (topic.encode(), channel.encode(), rdy))
     buf = bytearray()
     got = 0
     lat: list[int] = []
-    t0 = None
-    s.settimeout(5.0)
+    t0 = t_last = None
+    s.settimeout(2.0)
     unpack = HDR.unpack_from
+    frame_len = 4 + 4 + 26 + MSG_SIZE
+    std_header = HDR.pack(frame_len - 4, 2)
+    fast = struct.Struct(f">8x10x16s{MSG_SIZE}x")  # a whole standard message frame -> its id
+    total = shared if shared is not None else mp.Value("q", 0)
     try:
-        while got < expect:
+        while total.value < expect:
             data = s.recv(1 << 20)
             if not data:
                 break
+            t_last = time.perf_counter()
             if t0 is None:
-                t0 = time.perf_counter()
+                t0 = t_last
             buf += data
             pos = 0
             end = len(buf)
-            fins = []
+            ids: list[bytes] = []
+            extra: list[bytes] = []
             while end - pos >= 8:
+                if not latency and buf.startswith(std_header, pos):
+                    # C-speed path: a run of same-sized message frames
+                    n = (end - pos) // frame_len
+                    run_end = pos + n * frame_len
+                    for (mid,) in fast.iter_unpack(memoryview(buf)[pos:run_end]):
+                        ids.append(mid)
+                    # verify the run really was all standard frames; re-parse from the first odd one
+                    k = 0
+                    while k < n and buf.startswith(std_header, pos + k * frame_len):
+                        k += 1
+                    if k < n:
+                        del ids[len(ids) - (n - k):]
+                    pos += k * frame_len
+                    if k:
+                        continue
                 size, ftype = unpack(buf, pos)
                 if end - pos - 4 < size:
                     break
                 if ftype == 2:
-                    fins.append(b"FIN " + bytes(buf[pos + 18:pos + 34]) + b"\n")
+                    ids.append(bytes(buf[pos + 18:pos + 34]))
                     if latency:
                         sent_ns = int(buf[pos + 34:pos + 53])
                         lat.append(time.time_ns() - sent_ns)
                 elif ftype == 0 and buf[pos + 8:pos + 4 + size] == b"_heartbeat_":
-                    fins.append(b"NOP\n")
+                    extra.append(b"NOP\n")
                 elif ftype == 1:
                     raise SystemExit(f"consumer error {bytes(buf[pos + 8:pos + 4 + size])!r}")
                 pos += 4 + size
             del buf[:pos]
-            if fins:
-                got += len(fins)
-                s.sendall(b"".join(fins))
+            if ids:
+                got += len(ids)
+                with total.get_lock():
+                    total.value += len(ids)
+                extra.append(b"FIN " + b"\nFIN ".join(ids) + b"\n")
+            if extra:
+                s.sendall(b"".join(extra))
     except socket.timeout:
         pass
-    elapsed = time.perf_counter() - (t0 or time.perf_counter())
+    # up to the last message received: a consumer left waiting once the total is reached
+    # must not count its idle wait
+    elapsed = (t_last - t0) if t0 is not None else 0.0
     result.put(("sub", got, elapsed, lat))
     s.close()
 
@@ -199,8 +227,9 @@ def run_pub(addr, topic, total, conns, result_q):
 
 
 def run_sub(addr, topic, total, conns, result_q, channel="ch"):
-    per = total // conns
-    procs = [mp.Process(target=consumer, args=(addr, topic, channel, per, 2500, result_q)) for _ in range(conns)]
+    shared = mp.Value("q", 0)
+    procs = [mp.Process(target=consumer, args=(addr, topic, channel, total, 2500, result_q, False, shared))
+             for _ in range(conns)]
     t0 = time.perf_counter()
     for p in procs:
         p.start()
@@ -274,7 +303,9 @@ def main() -> None:
             topic = f"benchps_{tag}"
             create_channel(tcp, topic)
             per = args.messages // args.conns
-            subs = [mp.Process(target=consumer, args=(tcp, topic, "ch", per, 2500, q)) for _ in range(args.conns)]
+            shared = mp.Value("q", 0)
+            subs = [mp.Process(target=consumer, args=(tcp, topic, "ch", per * args.conns, 2500, q, False, shared))
+                    for _ in range(args.conns)]
             for p in subs:
                 p.start()
             time.sleep(0.3)

@@ -328,9 +328,10 @@ class Channel:
             except OSError as err:
                 self.nsqd.logger.error("channel(%s:%s): failed to save deferred due times - %s",
                                        self.topic_name, self.name, err)
+        try:
             self.backend.close()
-        else:
-            self.backend.close()
+        except OSError as err:  # logged by the queue; shutdown goes on for the other queues
+            self.nsqd.logger.error("channel(%s:%s): failed to close - %s", self.topic_name, self.name, err)
         self.clients.clear()
 
     def delete(self) -> None:

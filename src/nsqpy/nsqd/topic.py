@@ -206,7 +206,10 @@ class Topic:
             except OSError as err:
                 self.nsqd.logger.error("topic(%s): failed to save deferred due times - %s",
                                        self.name, err)
-        self.backend.close()
+        try:
+            self.backend.close()
+        except OSError as err:
+            self.nsqd.logger.error("topic(%s): failed to close - %s", self.name, err)
 
     def delete(self) -> None:
         self.exiting = True
