@@ -55,3 +55,24 @@ async def wait_for(pred: Callable[[], Any], timeout: float = 10.0, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(interval)
+
+
+def frozen_ready_counts(http_addresses: list[str], topic: str, channel: str) -> list[int]:
+    """Server-side RDY of every client, as one consistent picture.
+
+    Deliberately blocking: called from a coroutine it freezes the event loop, so the consumer
+    cannot move RDY between the reads of different nsqd; the short sleep lets each nsqd apply
+    the RDY commands already on the wire. (Async reads taken one nsqd after another can catch
+    a RDY move half-way and add a stale count to a fresh one.)
+    """
+    import urllib.request
+
+    time.sleep(0.05)
+    counts: list[int] = []
+    for addr in http_addresses:
+        url = f"http://{addr}/stats?format=json&topic={topic}"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            ch = channel_stats(orjson.loads(resp.read()), topic, channel)
+        if ch:
+            counts += [c["ready_count"] for c in ch.get("clients") or ()]
+    return counts

@@ -248,10 +248,19 @@ class NSQConnection(asyncio.Protocol):
         self.subscribed = True
 
     def ready(self, count: int) -> None:
-        """RDY: the most messages nsqd may have in flight with us on this connection."""
+        """RDY: the most messages nsqd may have in flight with us on this connection.
+
+        A decrease is written at once: the budget it frees may be granted to another
+        connection in the same loop turn, and that grant must not reach its nsqd first.
+        """
+        lower = count < self.rdy
         self.rdy = count
         if not self.closing:
             self.send(b"RDY %d\n" % count)
+            if lower:
+                if self._flush_handle is not None:
+                    self._flush_handle.cancel()
+                self._flush()
 
     def start_close(self) -> asyncio.Future[bytes]:
         """CLS: nsqd stops delivering and answers CLOSE_WAIT; in-flight answers still count."""
