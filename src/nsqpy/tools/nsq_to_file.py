@@ -41,6 +41,7 @@ from typing import Any
 from ..client import Consumer, Message
 from ..common.flags import Flag, FlagSet
 from ..common.log import parse_level
+from ..protocol.names import is_valid_name
 from . import common
 from .common import fatal, repeated
 
@@ -616,8 +617,6 @@ def main(argv: list[str] | None = None) -> None:
             fatal(PROGRAM, f"invalid --topic-pattern {o.topic_pattern!r}: {err}")
     logger = common.setup_logging(PROGRAM, o.log_prefix, o.log_level)
     go_cfg, conn_options = common.build_go_config(PROGRAM, "consumer-opt", o.consumer_opt, logger)
-    from ..protocol.names import is_valid_name
-
     for name in [*o.topic, o.channel]:
         if not is_valid_name(name):
             fatal(PROGRAM, f"invalid topic/channel name {name!r}")

@@ -1,0 +1,248 @@
+"""``nsq_stat``: poll ``/stats`` of every nsqd carrying a topic and print a channel's rates.
+
+The nsqd come from ``--nsqd-http-address`` (those that have the topic) or from nsqlookupd's
+``/lookup`` (``--lookupd-http-address``). Every ``--interval`` the channel's counters are summed
+over all of them and one line is printed: ingress/egress rates since the previous poll, then
+depths and totals, under upstream's header (repeated every 25 lines). ``--count N`` stops after N
+lines. Output columns and widths are upstream's::
+
+    ------rate------+----------------depth----------------+--------------metadata---------------
+    ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients
+
+Unlike upstream, a lookupd or nsqd that fails while others answer is only logged (upstream
+exits); all of them failing is fatal, as is a channel that none of them has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote_plus
+
+from ..client.addr import format_address
+from ..common.flags import Flag, FlagSet
+from . import common
+from .common import fatal, repeated
+
+PROGRAM = "nsq_stat"
+
+HEADER = (
+    "------rate------+----------------depth----------------+--------------metadata---------------\n"
+    + "%7s %7s | %7s %7s %7s %5s %5s | %7s %7s %12s %7s" % (
+        "ingress", "egress", "total", "mem", "disk", "inflt", "def", "req", "t-o", "msgs", "clients")
+)
+
+
+def _count(raw: str) -> int:
+    value = int(raw, 10)
+    if not -(2**31) <= value < 2**31:
+        raise ValueError("value out of range")
+    return value
+
+
+def build_flagset() -> FlagSet:
+    fs = FlagSet(PROGRAM)
+    F = Flag
+    fs.add(
+        F("version", False, "print version", kind="bool"),
+        F("topic", "", "NSQ topic"),
+        F("channel", "", "NSQ channel"),
+        F("interval", 2.0, "duration of time between polling/printing output", kind="duration"),
+        F("http-client-connect-timeout", 2.0, "timeout for HTTP connect", kind="duration"),
+        F("http-client-request-timeout", 5.0, "timeout for HTTP request", kind="duration"),
+        F("count", None, "number of reports", parse=_count),
+        repeated("nsqd-http-address", "nsqd HTTP address (may be given multiple times)"),
+        repeated("lookupd-http-address", "lookupd HTTP address (may be given multiple times)"),
+    )
+    return fs
+
+
+@dataclass
+class ChannelStats:
+    depth: int = 0
+    memory_depth: int = 0
+    backend_depth: int = 0
+    in_flight_count: int = 0
+    deferred_count: int = 0
+    requeue_count: int = 0
+    timeout_count: int = 0
+    message_count: int = 0
+    client_count: int = 0
+    paused: bool = False
+
+    def add(self, ch: dict[str, Any]) -> None:
+        depth = int(ch.get("depth") or 0)
+        backend = int(ch.get("backend_depth") or 0)
+        self.depth += depth
+        self.backend_depth += backend
+        self.memory_depth += depth - backend
+        self.in_flight_count += int(ch.get("in_flight_count") or 0)
+        self.deferred_count += int(ch.get("deferred_count") or 0)
+        self.requeue_count += int(ch.get("requeue_count") or 0)
+        self.timeout_count += int(ch.get("timeout_count") or 0)
+        self.message_count += int(ch.get("message_count") or 0)
+        self.client_count += int(ch.get("client_count") or 0)
+        self.paused = self.paused or bool(ch.get("paused"))
+
+
+def format_line(cur: ChannelStats, prev: ChannelStats, interval: float) -> str:
+    ingress = int((cur.message_count - prev.message_count) / interval)
+    egress = int((cur.message_count - prev.message_count - (cur.depth - prev.depth)) / interval)
+    return "%7d %7d | %7d %7d %7d %5d %5d | %7d %7d %12d %7d" % (
+        ingress, egress, cur.depth, cur.memory_depth, cur.backend_depth, cur.in_flight_count,
+        cur.deferred_count, cur.requeue_count, cur.timeout_count, cur.message_count,
+        cur.client_count)
+
+
+def _unwrap(data: Any) -> Any:
+    if isinstance(data, dict) and "status_code" in data and "data" in data:
+        return data["data"]  # pre-1.0 envelope
+    return data
+
+
+class Poller:
+    def __init__(self, o: Any, session: Any, logger: Any) -> None:
+        self.o = o
+        self.session = session
+        self.logger = logger
+        self.topic_q = quote_plus(o.topic)
+
+    async def producers(self) -> list[str]:
+        """HTTP addresses of the nsqd that have the topic."""
+        o = self.o
+        if o.lookupd_http_address:
+            urls = [f"{common.http_base(a)}/lookup?topic={self.topic_q}" for a in o.lookupd_http_address]
+            found: list[str] = []
+            for answer in await common.query_all(self.session, urls, self.logger):
+                for p in (_unwrap(answer) or {}).get("producers") or ():
+                    host = p.get("broadcast_address") or p.get("address")
+                    port = p.get("http_port")
+                    if host and isinstance(port, int):
+                        addr = format_address(host, port)
+                        if addr not in found:
+                            found.append(addr)
+            return found
+        urls = [f"{common.http_base(a)}/stats?format=json&topic={self.topic_q}&include_clients=false"
+                for a in o.nsqd_http_address]
+        results = await asyncio.gather(*(common.get_json(self.session, u) for u in urls),
+                                       return_exceptions=True)
+        found = []
+        errors = []
+        for addr, result in zip(o.nsqd_http_address, results):
+            if isinstance(result, common.HTTPQueryError):
+                errors.append(result)
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            names = [t.get("topic_name") for t in (_unwrap(result) or {}).get("topics") or ()]
+            if o.topic in names:
+                found.append(addr)
+        if errors and len(errors) == len(urls):
+            raise common.HTTPQueryError("; ".join(str(e) for e in errors))
+        for err in errors:
+            self.logger.warning("%s", err)
+        return found
+
+    async def channel_stats(self, producers: list[str]) -> ChannelStats | None:
+        o = self.o
+        urls = [f"{common.http_base(a)}/stats?format=json&topic={self.topic_q}"
+                f"&channel={quote_plus(o.channel)}&include_clients=false" for a in producers]
+        stats: ChannelStats | None = None
+        for answer in await common.query_all(self.session, urls, self.logger):
+            for topic in (_unwrap(answer) or {}).get("topics") or ():
+                if topic.get("topic_name") != o.topic:
+                    continue
+                for ch in topic.get("channels") or ():
+                    if ch.get("channel_name") == o.channel:
+                        stats = stats or ChannelStats()
+                        stats.add(ch)
+        return stats
+
+
+async def stat_loop(o: Any, logger: Any) -> int:
+    out = sys.stdout
+    async with common.http_session(o.http_client_connect_timeout,
+                                   o.http_client_request_timeout) as session:
+        poller = Poller(o, session, logger)
+        prev: ChannelStats | None = None
+        i = 0
+        while o.count is None or i <= o.count:
+            try:
+                producers = await poller.producers()
+            except common.HTTPQueryError as err:
+                fatal(PROGRAM, f"ERROR: failed to get topic producers - {err}")
+            if not producers:
+                fatal(PROGRAM, f"ERROR: failed to get topic producers - no nsqd has topic {o.topic}")
+            try:
+                cur = await poller.channel_stats(producers)
+            except common.HTTPQueryError as err:
+                fatal(PROGRAM, f"ERROR: failed to get nsqd stats - {err}")
+            if cur is None:
+                fatal(PROGRAM, f"ERROR: failed to find channel({o.channel}) in stats metadata "
+                               f"for topic({o.topic})")
+            if i % 25 == 0:
+                print(HEADER, file=out)
+            if prev is not None:
+                print(format_line(cur, prev, o.interval), file=out)
+            out.flush()
+            prev = cur
+            i += 1
+            if o.count is not None and i > o.count:
+                break
+            await asyncio.sleep(o.interval)
+    return 0
+
+
+async def _main(o: Any, logger: Any) -> int:
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    stopped = False
+
+    def on_signal(_signum: int) -> None:
+        nonlocal stopped
+        stopped = True
+        main_task.cancel()
+
+    for sig in (signal.SIGHUP, *common.TERM_SIGNALS):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        return await stat_loop(o, logger)
+    except asyncio.CancelledError:
+        if stopped:
+            return 0
+        raise
+
+
+def main(argv: list[str] | None = None) -> None:
+    o = common.Options(common.parse_flags(build_flagset(), sys.argv[1:] if argv is None else argv))
+    if o.version:
+        print(common.version_string(PROGRAM))
+        return
+    if o.topic == "" or o.channel == "":
+        fatal(PROGRAM, "--topic and --channel are required")
+    if o.interval <= 0:
+        fatal(PROGRAM, "--interval should be positive")
+    if o.http_client_connect_timeout <= 0:
+        fatal(PROGRAM, "--http-client-connect-timeout should be positive")
+    if o.http_client_request_timeout <= 0:
+        fatal(PROGRAM, "--http-client-request-timeout should be positive")
+    if o.count is not None and o.count <= 0:
+        fatal(PROGRAM, "--count should be positive")
+    if not o.nsqd_http_address and not o.lookupd_http_address:
+        fatal(PROGRAM, "--nsqd-http-address or --lookupd-http-address required")
+    if o.nsqd_http_address and o.lookupd_http_address:
+        fatal(PROGRAM, "use --nsqd-http-address or --lookupd-http-address not both")
+    for flag, addrs in (("--nsqd-http-address", o.nsqd_http_address),
+                        ("--lookupd-http-address", o.lookupd_http_address)):
+        if any(a.startswith("http") for a in addrs):
+            fatal(PROGRAM, f"{flag} error - address should not contain scheme")
+    logger = common.setup_logging(PROGRAM)
+    common.run(lambda: _main(o, logger))
+
+
+if __name__ == "__main__":
+    main()

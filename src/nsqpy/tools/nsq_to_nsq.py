@@ -1,0 +1,242 @@
+"""``nsq_to_nsq``: consume topics and republish every message to other nsqd.
+
+Each consumed message is PUBlished to one ``--destination-nsqd-tcp-address`` (``--mode``
+``round-robin``, or ``hostpool``/``epsilon-greedy`` — the latter approximated by the host pool;
+an unknown mode is round-robin, upstream's zero value) on ``--destination-topic`` (default: the
+consumed topic's name). It is FINished once that nsqd answered OK and REQueued (go-nsq's default
+delay, with backoff) when the publish failed, so nothing is acknowledged that did not arrive.
+
+JSON filters (only when given): a body that is not a JSON object is dropped (FIN);
+``--require-json-field`` drops messages without the field, and with ``--require-json-value`` also
+those whose value differs (a string compares as text, a number numerically when the flag's value
+parses as one). A message missing the field while a value is required is an error (REQ with
+backoff), as upstream. ``--whitelist-json-field`` republishes only those keys (re-encoded the way
+Go's ``encoding/json`` does: sorted keys, integral numbers without a fraction, ``<>&`` escaped).
+
+SIGINT/SIGTERM stop cleanly: no new deliveries, publishes in flight are answered and their
+messages FINished or REQueued, then the producers close; exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from ..client import Consumer, Message, NSQError, Producer
+from ..common.flags import Flag, FlagSet
+from ..protocol.names import is_valid_name
+from . import common
+from .common import fatal, repeated
+
+PROGRAM = "nsq_to_nsq"
+
+
+def build_flagset() -> FlagSet:
+    fs = FlagSet(PROGRAM)
+    F = Flag
+    fs.add(
+        F("version", False, "print version string", kind="bool"),
+        F("channel", "nsq_to_nsq", "nsq channel"),
+        F("destination-topic", "", "use this destination topic for all consumed topics (default is consumed topic name)"),
+        F("max-in-flight", 200, "max number of messages to allow in flight", kind="int"),
+        F("status-every", 250, "the # of requests between logging status (per destination), 0 disables", kind="int"),
+        F("mode", "hostpool", "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy"),
+        repeated("nsqd-tcp-address", "nsqd TCP address (may be given multiple times)"),
+        repeated("destination-nsqd-tcp-address", "destination nsqd TCP address (may be given multiple times)"),
+        repeated("lookupd-http-address", "lookupd HTTP address (may be given multiple times)"),
+        repeated("topic", "nsq topic (may be given multiple times)"),
+        repeated("whitelist-json-field", "for JSON messages: pass this field (may be given multiple times)"),
+        F("require-json-field", "", "for JSON messages: only pass messages that contain this field"),
+        F("require-json-value", "", "for JSON messages: only pass messages in which the required field has this value"),
+        repeated("consumer-opt", "option to passthrough to nsq.Consumer (may be given multiple "
+                 "times, see http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+        repeated("producer-opt", "option to passthrough to nsq.Producer (may be given multiple "
+                 "times, see http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+    )
+    return fs
+
+
+# --- JSON filtering ---------------------------------------------------------------------------
+
+
+class Backoff(Exception):
+    """The message cannot be judged (required field missing): REQ it and slow down."""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class JSONFilter:
+    def __init__(self, require_field: str, require_value: str, whitelist: list[str]) -> None:
+        self.require_field = require_field
+        self.require_value = require_value
+        self.whitelist = whitelist
+        self.required_number: float | None = None
+        if require_value:
+            try:
+                self.required_number = float(require_value)
+            except ValueError:
+                pass
+
+    @property
+    def active(self) -> bool:
+        return bool(self.require_field or self.whitelist)
+
+    def passes(self, doc: dict[str, Any]) -> bool:
+        """True to pass the message on, False to drop it; Backoff to requeue it."""
+        if not self.require_field:
+            return True
+        if self.require_field not in doc:
+            if self.require_value:
+                raise Backoff("missing field to check required value")
+            return False
+        if not self.require_value:
+            return True
+        value = doc[self.require_field]
+        if isinstance(value, str):
+            return value == self.require_value
+        if self.required_number is not None:
+            return _is_number(value) and float(value) == self.required_number
+        return False  # neither a string nor a comparable number
+
+    def apply(self, body: bytes) -> bytes | None:
+        """The body to republish, or None to drop the message."""
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(doc, dict):
+            return None
+        if not self.passes(doc):
+            return None
+        if not self.whitelist:
+            return body
+        kept = {key: doc[key] for key in self.whitelist if key in doc}
+        return go_json(kept)
+
+
+def _go_numbers(value: Any) -> Any:
+    """Go decodes every JSON number as float64 and prints an integral one without a fraction."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _go_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_go_numbers(v) for v in value]
+    return value
+
+
+def go_json(value: Any) -> bytes:
+    """``encoding/json.Marshal`` of decoded JSON: sorted keys, compact, HTML-safe escapes."""
+    text = json.dumps(_go_numbers(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(raw, escaped)  # these only ever occur inside strings
+    return text.encode()
+
+
+# --- republishing -----------------------------------------------------------------------------
+
+
+class Republisher:
+    def __init__(self, o: Any, producers: dict[str, Producer], logger: Any) -> None:
+        self.producers = producers
+        self.logger = logger
+        addresses = list(producers)
+        if o.mode in ("hostpool", "epsilon-greedy"):
+            self.selector: common.HostPool | common.RoundRobin = common.HostPool(addresses)
+        else:
+            self.selector = common.RoundRobin(addresses)
+        self.filter = JSONFilter(o.require_json_field, o.require_json_value, o.whitelist_json_field)
+        every = o.status_every if len(addresses) > 1 else 0
+        self.per_address = {a: common.TimerMetrics(every, f"[{a}]:", logger) for a in addresses}
+        self.aggregate = common.TimerMetrics(o.status_every, "[aggregate]:", logger)
+
+    def handler_for(self, destination: str) -> Any:
+        async def handle(msg: Message) -> None:
+            await self.handle(msg, destination)
+
+        return handle
+
+    async def handle(self, msg: Message, destination: str) -> None:
+        body = msg.body
+        if self.filter.active:
+            try:
+                filtered = self.filter.apply(body)
+            except Backoff as err:
+                self.logger.error("%s", err)
+                msg.requeue()
+                return
+            if filtered is None:
+                return  # dropped: FIN
+            body = filtered
+        started = time.monotonic()
+        address = self.selector.get()
+        try:
+            await self.producers[address].pub(destination, body)
+        except (NSQError, OSError) as err:
+            self.selector.mark(address, True)
+            self.logger.warning("publish to %s failed: %s; requeueing %s", address, err, msg.id.decode())
+            msg.requeue()
+            return
+        self.selector.mark(address, False)
+        self.per_address[address].status(started)
+        self.aggregate.status(started)
+
+
+async def _main(o: Any, consumer_cfg: common.GoNsqConfig, consumer_options: Any,
+                producer_options: Any, logger: Any) -> int:
+    stop = asyncio.Event()
+    common.on_signals(lambda _s: stop.set(), *common.TERM_SIGNALS)
+    producers = {addr: Producer(addr, options=producer_options)
+                 for addr in dict.fromkeys(o.destination_nsqd_tcp_address)}
+    republisher = Republisher(o, producers, logger)
+    consumer_kwargs = dict(consumer_cfg.consumer)
+    consumer_kwargs["max_in_flight"] = o.max_in_flight
+    consumers = []
+    for topic in o.topic:
+        destination = o.destination_topic or topic
+        consumers.append(Consumer(
+            topic, o.channel, republisher.handler_for(destination),
+            nsqd_tcp_addresses=o.nsqd_tcp_address, lookupd_http_addresses=o.lookupd_http_address,
+            concurrency=max(1, o.max_in_flight), options=consumer_options, **consumer_kwargs,
+        ))
+    try:
+        for consumer in consumers:
+            await consumer.start()
+        await stop.wait()
+    finally:
+        await asyncio.gather(*(c.close() for c in consumers))
+        await asyncio.gather(*(p.close() for p in producers.values()), return_exceptions=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    o = common.Options(common.parse_flags(build_flagset(), sys.argv[1:] if argv is None else argv))
+    if o.version:
+        print(common.version_string(PROGRAM))
+        return
+    if not o.topic or o.channel == "":
+        fatal(PROGRAM, "--topic and --channel are required")
+    for topic in o.topic:
+        if not is_valid_name(topic):
+            fatal(PROGRAM, "--topic is invalid")
+    if o.destination_topic and not is_valid_name(o.destination_topic):
+        fatal(PROGRAM, "--destination-topic is invalid")
+    if not is_valid_name(o.channel):
+        fatal(PROGRAM, "--channel is invalid")
+    common.check_sources(PROGRAM, o.nsqd_tcp_address, o.lookupd_http_address)
+    if not o.destination_nsqd_tcp_address:
+        fatal(PROGRAM, "--destination-nsqd-tcp-address required")
+    logger = common.setup_logging(PROGRAM)
+    consumer_cfg, consumer_options = common.build_go_config(PROGRAM, "consumer-opt", o.consumer_opt, logger)
+    _pcfg, producer_options = common.build_go_config(PROGRAM, "producer-opt", o.producer_opt, logger)
+    common.run(lambda: _main(o, consumer_cfg, consumer_options, producer_options, logger))
+
+
+if __name__ == "__main__":
+    main()
