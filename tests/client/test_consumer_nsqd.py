@@ -398,3 +398,46 @@ async def test_rdy_capped_by_nsqd_max_rdy_count(servers):
         assert conn.max_rdy_count == 40
         await wait_for(lambda: _counts_are([node.http_address], topic, [40]))
         assert c.total_rdy() == 40
+
+
+async def test_add_and_remove_nsqd_at_run_time(servers):
+    a, b = servers.nsqd(), servers.nsqd()
+    topic = unique()
+
+    def handler(msg: Message) -> None:
+        pass
+
+    http = [a.http_address, b.http_address]
+    async with Consumer(topic, "ch", handler, nsqd_tcp_addresses=[a.tcp_address], max_in_flight=8) as c:
+        await wait_for(lambda: _counts_are(http, topic, [8]))
+        await c.connect_to_nsqd(b.tcp_address)
+        assert set(c.connections) == {a.tcp_address, b.tcp_address}
+        await wait_for(lambda: _counts_are(http, topic, [4, 4]))
+        c.disconnect_from_nsqd(a.tcp_address)
+        await wait_for(lambda: _counts_are(http, topic, [8]))
+        assert set(c.connections) == {b.tcp_address}
+
+
+async def test_pause_during_backoff_does_not_stall(servers):
+    node = servers.nsqd()
+    topic = unique()
+    async with Producer(node.tcp_address) as p:
+        await p.mpub(topic, [b"fail", b"ok1", b"ok2"])
+    got: list[bytes] = []
+
+    def handler(msg: Message) -> None:
+        if msg.body == b"fail" and msg.attempts == 1:
+            raise RuntimeError("x")
+        got.append(msg.body)
+
+    async with Consumer(
+        topic, "ch", handler, nsqd_tcp_addresses=[node.tcp_address], max_in_flight=1,
+        backoff_multiplier=0.1, default_requeue_delay=0.0,
+    ) as c:
+        await wait_for(lambda: c.in_backoff)
+        c.set_max_in_flight(0)  # paused while the backoff timer runs
+        await asyncio.sleep(0.6)
+        assert c.total_rdy() == 0
+        c.set_max_in_flight(1)
+        await wait_for(lambda: sorted(got) == [b"fail", b"ok1", b"ok2"], timeout=15)
+        await wait_for(lambda: not c.in_backoff)

@@ -215,6 +215,23 @@ class Consumer:
         """Change the budget live (0 pauses delivery). Worker count stays as created."""
         self._apply(self._budget.set_max_in_flight(value, self._now(), self._backoff.active))
 
+    async def connect_to_nsqd(self, address: str) -> None:
+        """Add an nsqd address at run time (kept and reconnected like the initial ones)."""
+        addr = normalize(address, 4150)
+        if addr not in self.nsqd_tcp_addresses:
+            self.nsqd_tcp_addresses.append(addr)
+        if self._started and not self._closing and not await self._connect(addr):
+            self._schedule_reconnect(addr)
+
+    def disconnect_from_nsqd(self, address: str) -> None:
+        """Stop using an nsqd given directly: CLS, answer what is in flight, close."""
+        addr = normalize(address, 4150)
+        if addr in self.nsqd_tcp_addresses:
+            self.nsqd_tcp_addresses.remove(addr)
+        conn = self._conns.get(addr)
+        if conn is not None:
+            self._retire(conn)
+
     async def start(self) -> None:
         """Connect to the given nsqd, start lookupd polling. Unreachable nsqd are retried."""
         if self._started:
@@ -459,8 +476,10 @@ class Consumer:
         if self._closing:
             return
         sends = self._budget.probe(self._now())
-        if not self._budget.conns:
-            self._arm_backoff_timer(1.0)  # nothing to probe with yet (go-nsq: retry in 1s)
+        if not sends:
+            # no connection to probe with, or max_in_flight is 0 (paused): look again in 1 s
+            # (go-nsq does the same) rather than stay in backoff with nothing scheduled
+            self._arm_backoff_timer(1.0)
             return
         self._backoff.timeout_expired()
         self._apply(sends)
