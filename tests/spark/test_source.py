@@ -1,0 +1,217 @@
+"""The ``format("nsq")`` streaming source against real nsqd (and nsqlookupd) processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from helpers.servers import Nsqd, unique_name
+from nsqpy.spark import dedupe_within_watermark
+
+from spark.nsq_spark_util import channel_stats, create_channel, publish_n, wait_until
+
+
+def nsq_stream(spark, topic: str, channel: str = "spark", *, nsqd: Nsqd | None = None, **options):
+    reader = spark.readStream.format("nsq").option("topic", topic).option("channel", channel)
+    if nsqd is not None:
+        reader = reader.option("nsqd_tcp_addresses", nsqd.tcp_address).option("nsqd_http_addresses", nsqd.http_address)
+    options.setdefault("pollTimeoutMs", 50)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+@pytest.mark.timeout(120)
+def test_n_messages_become_n_rows_and_all_are_finished(spark, nsqd, tmp_path):
+    topic = unique_name("src")
+    n = 3000
+    create_channel(nsqd.http_address, topic, "spark")
+    bodies = publish_n(nsqd.tcp_address, topic, n)
+    started = time.time()
+    query = (
+        nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=700)
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(90), "AvailableNow query did not end"
+    assert query.exception() is None
+    df = spark.read.parquet(str(tmp_path / "out"))
+    rows = df.collect()
+    assert len(rows) == n
+    assert sorted(r.body for r in rows) == sorted(bodies)
+    assert len({r.id for r in rows}) == n
+    assert {r.attempts for r in rows} == {1}
+    assert {(r.topic, r.channel, r.nsqd_address) for r in rows} == {(topic, "spark", nsqd.tcp_address)}
+    assert all(abs(r.timestamp.timestamp() - started) < 120 for r in rows[:10])
+    assert len([b for b in query.recentProgress if b["numInputRows"]]) >= n // 700  # several batches
+    # every message was FINished (the last batch by the forced empty batch), none timed out
+    ch = channel_stats(nsqd.http_address, topic, "spark")
+    assert (ch["depth"], ch["in_flight_count"], ch["timeout_count"], ch["requeue_count"]) == (0, 0, 0, 0)
+
+
+@pytest.mark.timeout(180)
+def test_stopped_mid_stream_and_restarted_loses_nothing(spark, nsqd, tmp_path):
+    """Stop a running query while data flows, restart it on the same checkpoint: every message
+    arrives; with the dedupe recipe in the query each arrives exactly once."""
+    topic = unique_name("restart")
+    n_first, n_more = 2000, 2000
+    create_channel(nsqd.http_address, topic, "spark")
+    expected = publish_n(nsqd.tcp_address, topic, n_first)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def start(available_now: bool):
+        df = dedupe_within_watermark(nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=250, msgTimeoutMs=2000))
+        writer = df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+        return writer.trigger(availableNow=True).start() if available_now else writer.start()
+
+    more: list[bytes] = []
+
+    def publish_more() -> None:
+        for i in range(0, n_more, 100):
+            more.extend(publish_n(nsqd.tcp_address, topic, 100, start=n_first + i))
+            time.sleep(0.05)
+
+    query = start(available_now=False)
+    publisher = threading.Thread(target=publish_more)
+    publisher.start()
+    wait_until(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 1500, 60, what="first rows")
+    query.stop()
+    publisher.join()
+    ch = channel_stats(nsqd.http_address, topic, "spark")
+    assert ch["depth"] + ch["in_flight_count"] > 0, "the test should stop the query mid-stream"
+
+    query = start(available_now=True)  # ends after the backlog present at start, in-flight included
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    rows = spark.read.parquet(out).select("body", "id").collect()
+    assert sorted(r.body for r in rows) == sorted(expected + more)  # all there, exactly once
+    ch = channel_stats(nsqd.http_address, topic, "spark")
+    assert (ch["depth"], ch["in_flight_count"]) == (0, 0)
+
+
+@pytest.mark.timeout(120)
+def test_slow_sink_longer_than_msg_timeout_causes_no_redelivery(spark, nsqd, tmp_path):
+    """Batches take 2.5 s with a 1 s msg timeout: TOUCH keeps every held message ours."""
+    topic = unique_name("slow")
+    n = 600
+    create_channel(nsqd.http_address, topic, "spark")
+    publish_n(nsqd.tcp_address, topic, n)
+    seen: list[tuple[str, int]] = []
+
+    def slow_sink(batch_df, batch_id: int) -> None:
+        rows = batch_df.select("id", "attempts").collect()
+        time.sleep(2.5)
+        seen.extend((r.id, r.attempts) for r in rows)
+
+    query = (
+        nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=200, msgTimeoutMs=1000, touchIntervalMs=250)
+        .writeStream.foreachBatch(slow_sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(100)
+    assert query.exception() is None
+    assert len(seen) == n
+    assert len({i for i, _ in seen}) == n
+    assert {a for _, a in seen} == {1}
+    ch = channel_stats(nsqd.http_address, topic, "spark")
+    assert (ch["timeout_count"], ch["requeue_count"], ch["depth"], ch["in_flight_count"]) == (0, 0, 0, 0)
+
+
+@pytest.mark.timeout(150)
+def test_two_nsqd_found_and_followed_via_lookupd(spark, nsqd_factory, lookupd, tmp_path):
+    """Nodes come from nsqlookupd: one at start, one joining later; a node leaving does not stop
+    the query. Rows carry the address of the nsqd that delivered them."""
+    topic = unique_name("lookup")
+    reg = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    a = nsqd_factory(reg)
+    create_channel(a.http_address, topic, "spark")
+    first = publish_n(a.tcp_address, topic, 500)
+    wait_until(lambda: _producers(lookupd, topic) == 1, 15, what="nsqd A registered with lookupd")
+
+    seen: dict[bytes, str] = {}
+
+    def sink(batch_df, batch_id: int) -> None:
+        for r in batch_df.select("body", "nsqd_address").collect():
+            seen[r.body] = r.nsqd_address
+
+    query = (
+        nsq_stream(spark, topic, lookupd_http_addresses=lookupd.http_address, lookupdPollIntervalMs=300,
+                   maxBatchSize=400, msgTimeoutMs=2000)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        wait_until(lambda: len(seen) >= 500, 60, what="A's messages")
+        b = nsqd_factory(reg)
+        create_channel(b.http_address, topic, "spark")
+        second = publish_n(b.tcp_address, topic, 500, start=500)
+        wait_until(lambda: len(seen) >= 1000, 60, what="B's messages (B found through lookupd)")
+        a.stop()  # A goes away; the query carries on with B
+        third = publish_n(b.tcp_address, topic, 300, start=1000)
+        wait_until(lambda: len(seen) >= 1300, 60, what="B's messages after A left")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert set(seen) == set(first + second + third)
+    assert {seen[x] for x in first} == {a.tcp_address}
+    assert {seen[x] for x in second + third} == {b.tcp_address}
+
+
+def _producers(lookupd, topic: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    import orjson
+
+    try:
+        with urllib.request.urlopen(f"http://{lookupd.http_address}/lookup?topic={topic}", timeout=2) as resp:
+            return len(orjson.loads(resp.read()).get("producers") or [])
+    except urllib.error.HTTPError:
+        return 0
+
+
+@pytest.mark.timeout(90)
+def test_available_now_with_tcp_addresses_only_and_an_empty_topic(spark, nsqd, tmp_path):
+    """Without an HTTP address the backlog is unknown: the query ends once the channel stays
+    quiet; an empty topic ends at once with no rows."""
+    topic = unique_name("tcp")
+    create_channel(nsqd.http_address, topic, "spark")
+    publish_n(nsqd.tcp_address, topic, 300)
+    df = (spark.readStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address)
+          .option("topic", topic).option("channel", "spark").option("availableNowIdleTimeoutMs", "500").load())
+    query = (df.writeStream.format("memory").queryName(unique_name("tcp_only"))
+             .option("checkpointLocation", str(tmp_path / "ckpt1")).trigger(availableNow=True).start())
+    assert query.awaitTermination(60)
+    assert spark.table(query.name).count() == 300
+
+    empty = unique_name("empty")
+    create_channel(nsqd.http_address, empty, "spark")
+    query = (nsq_stream(spark, empty, nsqd=nsqd).writeStream.format("memory").queryName(unique_name("empty_q"))
+             .option("checkpointLocation", str(tmp_path / "ckpt2")).trigger(availableNow=True).start())
+    assert query.awaitTermination(60)
+    assert spark.table(query.name).count() == 0
+
+
+def test_options_are_checked_where_the_query_is_defined(spark):
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    bad = [
+        {"topic": "t", "channel": "c"},  # no address
+        {"nsqd_tcp_addresses": "127.0.0.1:1", "channel": "c"},  # no topic
+        {"nsqd_tcp_addresses": "127.0.0.1:1", "topic": "t", "channel": "c", "maxBatchSize": "x"},
+        {"nsqd_tcp_addresses": "127.0.0.1:1", "topic": "t", "channel": "c", "noSuchOption": "1"},
+        {"nsqd_tcp_addresses": "127.0.0.1:1", "topic": "bad topic", "channel": "c"},
+    ]
+    for options in bad:
+        with pytest.raises((PySparkException, Py4JJavaError, ValueError)):
+            df = spark.readStream.format("nsq").options(**options).load()
+            df.writeStream.format("noop").start().stop()
