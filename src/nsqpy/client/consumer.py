@@ -30,7 +30,7 @@ from nsqpy.protocol.names import is_valid_name
 from .addr import normalize, parse_address
 from .backoff import ConsumerBackoff, ReconnectBackoff, Signal, Step
 from .connection import NSQConnection
-from .errors import ClosedError, NSQError, NSQErrorResponse
+from .errors import ClosedError, NSQErrorResponse
 from .lookupd import LookupdPoller
 from .message import Message
 from .options import ConnectionOptions
@@ -339,7 +339,7 @@ class Consumer:
             await conn.connect()
             async with asyncio.timeout(self.options.connect_timeout):
                 await conn.subscribe(self.topic, self.channel)
-        except (OSError, NSQError, TimeoutError) as err:
+        except Exception as err:  # any failure means "retry later", never a dead reconnect task
             log.warning("consumer %s/%s: cannot subscribe at %s: %s", self.topic, self.channel, addr, err)
             conn.abort()
             return False

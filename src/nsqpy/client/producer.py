@@ -115,7 +115,7 @@ class Producer:
             conn = NSQConnection(host, port, self.options)
             try:
                 await conn.connect()
-            except (OSError, NSQError) as err:
+            except Exception as err:  # any failure: a keeper must never die
                 delay = backoff.next_delay()
                 log.warning("producer: %s:%d unreachable (%s); retry in %.1fs", host, port, err, delay)
                 await asyncio.sleep(delay)
