@@ -454,7 +454,7 @@ class FileLogger:
         self._member_bytes = 0
         if opts.gzip:
             self._gz = self._new_member()
-        elif size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+        elif size > 0 and _last_byte(path) != b"\n":
             # the previous writer died mid-line: end that line so the next message stays whole
             self._write(b"\n")
 
@@ -462,6 +462,15 @@ class FileLogger:
         if not has_rev:
             raise FatalError(f"{self.tag} cannot use {path} and --filename-format has no <REV>")
         self._rev += 1
+
+
+def _last_byte(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1)
+    except OSError:
+        return b"\n"  # unreadable (a write-only file?): leave it as it is
 
 
 def _make_parent(path: str, tag: str) -> None:
