@@ -4,72 +4,13 @@ part of the test environment (the `spark` extra)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers.servers import VENV_BIN, Nsqd, ServerProcess, free_port
+from helpers.servers import VENV_BIN, ServerProcess, free_port
 
-HERE = Path(__file__).resolve().parent
-SRC = HERE.parent.parent / "src"
-
-
-def spark_env() -> None:
-    """Workers must run this interpreter (it has pyarrow and nsqpy), and must import nsqpy."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    path = os.environ.get("PYTHONPATH", "")
-    if str(SRC) not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), path) if p)
-
-
-def build_spark(app: str = "nsqpy-tests"):
-    spark_env()
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    import nsqpy.spark
-
-    nsqpy.spark.register(spark)
-    return spark
-
-
-def stop_spark(spark) -> None:
-    """Stop the session and its JVM by PID (the JVM would otherwise outlive pytest a while)."""
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None) if gateway is not None else None
-    spark.stop()
-    if gateway is not None:
-        try:
-            gateway.shutdown()
-        except Exception:
-            pass
-    if proc is not None and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    SparkContext._gateway = None
-    SparkContext._jvm = None
+from spark.nsq_spark_util import build_spark, stop_spark
 
 
 @pytest.fixture(scope="session")
@@ -102,13 +43,3 @@ def lookupd(tmp_path):
     node = Lookupd(tmp_path / "lookupd")
     yield node
     node.stop()
-
-
-@pytest.fixture
-def fast_nsqd(nsqd_factory):
-    """nsqd whose in-flight timeouts are checked often (redelivery within the tests' patience)."""
-
-    def start(*extra: str) -> Nsqd:
-        return nsqd_factory("--msg-timeout=60s", *extra)
-
-    return start

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Callable
 
 import orjson
@@ -78,3 +83,63 @@ def drain(address: str, topic: str, n: int, channel: str = "verify", timeout: fl
 
     asyncio.run(main())
     return bodies
+
+
+# --- Spark sessions (the fixture's, and the kill -9 driver script's) ------------------------
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent.parent / "src"
+
+
+def spark_env() -> None:
+    """Workers must run this interpreter (it has pyarrow and nsqpy), and must import nsqpy."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    path = os.environ.get("PYTHONPATH", "")
+    if str(SRC) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), path) if p)
+
+
+def build_spark(app: str = "nsqpy-tests"):
+    spark_env()
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    import nsqpy.spark
+
+    nsqpy.spark.register(spark)
+    return spark
+
+
+def stop_spark(spark) -> None:
+    """Stop the session and its JVM by PID (the JVM would otherwise outlive pytest a while)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    spark.stop()
+    if gateway is not None:
+        try:
+            gateway.shutdown()
+        except Exception:
+            pass
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    SparkContext._gateway = None
+    SparkContext._jvm = None

@@ -24,6 +24,10 @@ def _norm(key: str) -> str:
     return key.lower().replace("_", "").replace("-", "").replace(".", "")
 
 
+#: keys Spark itself adds to a data source's options (save(path), writeStream's checkpoint...)
+_SPARK_KEYS = {"path", "paths", "checkpointlocation", "queryname", "outputmode"}
+
+
 class Options:
     """Read typed values from Spark's option map; unknown keys are reported, not ignored."""
 
@@ -33,7 +37,7 @@ class Options:
         known_norm = {_norm(k) for k in known}
         for key, value in dict(raw or {}).items():
             nk = _norm(key)
-            if nk == "path":  # Spark passes save(path)/load(path) as "path"
+            if nk in _SPARK_KEYS:  # Spark's own, passed along to every data source
                 continue
             if nk not in known_norm:
                 unknown.append(key)
