@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote_plus
 
 import aiohttp
+from yarl import URL
 
 from .. import NSQ_COMPAT_VERSION
 from ..client import Consumer, Message
@@ -76,8 +77,9 @@ def parse_custom_headers(values: list[str]) -> dict[str, str]:
     return headers
 
 
-def get_url(template: str, body: bytes) -> str:
-    return template.replace("%s", quote_plus(body), 1)
+def get_url(template: str, body: bytes) -> URL:
+    """The GET URL, sent exactly as built (yarl would otherwise re-normalise ``%2F`` to ``/``)."""
+    return URL(template.replace("%s", quote_plus(body), 1), encoded=True)
 
 
 class RequestFailed(Exception):
