@@ -328,9 +328,9 @@ def main() -> None:
             time.sleep(0.5)
             pub = mp.Process(target=paced_publisher, args=(tcp, topic, rate, seconds, q))
             pub.start()
+            results = [q.get() for _ in range(2)]  # before join: a child with queued data can't exit
             pub.join()
             sub.join()
-            results = [q.get() for _ in range(2)]
             lat = sorted(next(r for r in results if r[0] == "sub")[3])
             if lat:
                 p50 = lat[len(lat) // 2] / 1e6
