@@ -52,12 +52,9 @@ async def _serve(opts) -> int:
     nsqd = NSQD(opts, logger)
     try:
         await nsqd.start()
-    except OSError as err:
+    except (OSError, RuntimeError, ValueError) as err:  # a port in use, a bad or locked data dir
         logger.critical("failed to start - %s", err)
         await nsqd.shutdown()
-        return 1
-    except Exception as err:  # a bad data dir or lock: say so and exit non-zero
-        logger.critical("failed to start - %s", err)
         return 1
     release_startup_memory()
     stop = asyncio.Event()

@@ -53,6 +53,7 @@ class NSQD:
         self._tasks: list[asyncio.Task] = []
         self.http_runner: Any = None
         self._lock = DataPathLock(self.data_path)
+        self._started = False  # metadata loaded: shutdown persists and flushes
         self._loading = False
         self._persist_scheduled = False
         self.lookup = LookupdPeers(options.lookupd_tcp_address, self.lookupd_identity,
@@ -298,9 +299,12 @@ class NSQD:
         from .client import ClientV2
 
         opts = self.options
+        if not os.path.isdir(self.data_path):
+            raise RuntimeError(f"--data-path={self.data_path} is not a directory")
         self._lock.acquire()
         self.load_metadata()
         self.persist_metadata()
+        self._started = True
         addr = opts.tcp_address
         if is_unix_socket(addr):
             self._tcp_server = await self.loop.create_unix_server(lambda: ClientV2(self), addr)
@@ -331,10 +335,11 @@ class NSQD:
             client.close_connection()
         if self.http_runner is not None:
             await self.http_runner.cleanup()
-        try:
-            self.persist_metadata()
-        except OSError as err:
-            self.logger.error("failed to persist metadata - %s", err)
+        if self._started:
+            try:
+                self.persist_metadata()
+            except OSError as err:
+                self.logger.error("failed to persist metadata - %s", err)
         for topic in list(self.topics.values()):
             topic.close(flush=True)
         await self.lookup.close()
