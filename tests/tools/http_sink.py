@@ -21,10 +21,11 @@ class Seen:
 
 
 class HTTPSink:
-    """``responder(seen) -> status`` decides each answer (default 200)."""
+    """``responder(seen) -> status`` decides each answer (default 200), after ``delay`` s."""
 
-    def __init__(self, responder: Callable[[Seen], int] | None = None) -> None:
+    def __init__(self, responder: Callable[[Seen], int] | None = None, delay: float = 0.0) -> None:
         self.responder = responder or (lambda _seen: 200)
+        self.delay = delay  # seconds each answer takes
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
@@ -60,6 +61,8 @@ class HTTPSink:
     async def _handle(self, request: web.Request) -> web.Response:
         seen = Seen(request.method, request.path_qs, dict(request.query), await request.read(),
                     dict(request.headers))
+        if self.delay:
+            await asyncio.sleep(self.delay)
         with self.lock:
             seen.status = self.responder(seen)
             self.seen.append(seen)

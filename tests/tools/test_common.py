@@ -22,6 +22,8 @@ from nsqpy.tools.nsq_to_file import compile_strftime, host_identifier
 from nsqpy.tools.nsq_to_http import get_url, parse_custom_headers
 from nsqpy.tools.to_nsq import final_chunk, split_chunks
 
+pytestmark = pytest.mark.timeout(30)
+
 
 def test_version_string():
     assert version_string("nsq_tail").startswith("nsq_tail v1.3.0 (built w/nsqpy 0.1.0 python3.")

@@ -10,6 +10,8 @@ import pytest
 from helpers.servers import unique_name
 from tools.tool_util import create_channel, http, mpub, run_tool, wait_for
 
+pytestmark = pytest.mark.timeout(60)
+
 HEADER = [
     "------rate------+----------------depth----------------+--------------metadata---------------",
     "ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients",

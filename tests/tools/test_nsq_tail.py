@@ -11,6 +11,8 @@ import pytest
 from helpers.servers import unique_name
 from tools.tool_util import channel_stats, create_channel, http, mpub, run_tool, script, wait_for
 
+pytestmark = pytest.mark.timeout(60)
+
 
 @pytest.mark.timeout(60)
 def test_n_prints_exactly_n_messages_and_leaves_the_rest(nsqd):
@@ -61,6 +63,30 @@ def test_streams_until_sigterm_on_a_random_ephemeral_channel(nsqd, tools):
     assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
     assert proc.stdout() == b"live-0\nlive-1\nlive-2\n"
     wait_for(lambda: channels() == [], what="the ephemeral channel gone with its last client")
+
+
+@pytest.mark.timeout(60)
+def test_through_lookupd_with_consumer_opts(nsqd_factory, lookupd_factory, tools):
+    lookupd = lookupd_factory()
+    nsqd = nsqd_factory(f"--lookupd-tcp-address={lookupd.tcp_address}")
+    topic = unique_name("look")
+    create_channel(nsqd.http_address, topic, "c")
+    mpub(nsqd.http_address, topic, [b"found-1", b"found-2"])
+    wait_for(lambda: b'"producers":[{' in http("GET", f"http://{lookupd.http_address}/lookup?topic={topic}")[1],
+             what="nsqd registered with lookupd")
+    proc = tools.start("nsq_tail", f"--topic={topic}", f"--lookupd-http-address={lookupd.http_address}",
+                       "--channel=c", "--consumer-opt=user_agent,tailer/9", "--consumer-opt=client_id,me")
+    wait_for(lambda: proc.stdout().count(b"\n") == 2, what="both messages printed")
+
+    def clients() -> list[dict]:
+        import json
+        status, body = http("GET", f"http://{nsqd.http_address}/stats?format=json&topic={topic}")
+        return json.loads(body)["topics"][0]["channels"][0]["clients"]
+
+    seen = wait_for(clients, what="the tail as a client")
+    assert seen[0]["user_agent"] == "tailer/9" and seen[0]["client_id"] == "me"
+    assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
+    assert sorted(proc.stdout().split(b"\n")[:-1]) == [b"found-1", b"found-2"]
 
 
 @pytest.mark.timeout(60)

@@ -30,6 +30,8 @@ from tools.tool_util import (
     wait_for,
 )
 
+pytestmark = pytest.mark.timeout(60)
+
 CHANNEL = "nsq_to_file"  # the default channel
 
 

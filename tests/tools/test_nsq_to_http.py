@@ -12,6 +12,8 @@ from helpers.servers import unique_name
 from tools.http_sink import HTTPSink, Seen
 from tools.tool_util import channel_stats, create_channel, drained, mpub, run_tool, wait_for
 
+pytestmark = pytest.mark.timeout(60)
+
 CHANNEL = "nsq_to_http"
 # quick retries: no requeue delay, tiny backoff
 FAST_RETRY = ["--consumer-opt=default_requeue_delay,0", "--consumer-opt=backoff_multiplier,10ms",
@@ -22,8 +24,8 @@ FAST_RETRY = ["--consumer-opt=default_requeue_delay,0", "--consumer-opt=backoff_
 def sinks():
     started: list[HTTPSink] = []
 
-    def start(responder=None) -> HTTPSink:
-        sink = HTTPSink(responder)
+    def start(responder=None, delay: float = 0.0) -> HTTPSink:
+        sink = HTTPSink(responder, delay)
         started.append(sink)
         return sink
 
@@ -162,6 +164,29 @@ def test_hostpool_stops_using_a_failing_endpoint(nsqd, tools, sinks):
     assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
     assert sorted(ok_bodies(healthy)) == bodies
     assert len(broken.requests()) == 1  # then skipped for 30s
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_mid_stream_answers_what_is_in_flight_then_restart_delivers_the_rest(nsqd, tools, sinks):
+    sink = sinks(delay=0.02)
+    topic = unique_name("graceful")
+    bodies = [b"g-%04d" % i for i in range(600)]
+    create_channel(nsqd.http_address, topic, CHANNEL)
+    mpub(nsqd.http_address, topic, bodies)
+    args = [f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp_address}", f"--post={sink.url}/",
+            "--n=20", "--max-in-flight=40"]
+    first = tools.start("nsq_to_http", *args)
+    wait_for(lambda: len(sink.requests()) >= 100, what="some deliveries")
+    assert first.stop(signal.SIGTERM) == 0, first.stderr()
+    stats = channel_stats(nsqd.http_address, topic, CHANNEL)
+    assert stats["in_flight_count"] == 0 and stats["requeue_count"] == 0
+    delivered = len(sink.requests())
+    assert 100 <= delivered < len(bodies)
+    assert stats["depth"] == len(bodies) - delivered  # every request made was FINished
+    second = tools.start("nsq_to_http", *args)
+    wait_for(drained(nsqd.http_address, topic, CHANNEL, len(bodies)), what="the rest delivered")
+    assert second.stop(signal.SIGTERM) == 0, second.stderr()
+    assert sorted(ok_bodies(sink)) == bodies  # each exactly once
 
 
 @pytest.mark.timeout(60)

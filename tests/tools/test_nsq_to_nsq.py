@@ -18,6 +18,8 @@ from tools.tool_util import (
     wait_for,
 )
 
+pytestmark = pytest.mark.timeout(60)
+
 CHANNEL = "nsq_to_nsq"
 FAST_RETRY = ["--consumer-opt=default_requeue_delay,0", "--consumer-opt=backoff_multiplier,10ms",
               "--consumer-opt=max_backoff_duration,50ms"]
@@ -46,6 +48,33 @@ def test_republishes_every_message_to_the_destination(nsqd_factory, tools):
     assert topic_message_count(dst.http_address, topic) == len(bodies)
     assert sorted(read_all(dst, topic, len(bodies))) == bodies
     assert channel_stats(src.http_address, topic, CHANNEL)["requeue_count"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_mid_stream_then_restart_relays_each_message_exactly_once(nsqd_factory, tools):
+    src, dst = nsqd_factory(), nsqd_factory()
+    topic = unique_name("graceful")
+    total = 30_000
+    bodies = [b"g-%05d" % i for i in range(total)]
+    create_channel(src.http_address, topic, CHANNEL)
+    create_channel(dst.http_address, topic, "check")
+    mpub(src.http_address, topic, bodies)
+    args = [f"--topic={topic}", f"--nsqd-tcp-address={src.tcp_address}",
+            f"--destination-nsqd-tcp-address={dst.tcp_address}"]
+    first = tools.start("nsq_to_nsq", *args)
+    wait_for(lambda: topic_message_count(dst.http_address, topic) >= 3000, interval=0.01,
+             what="some relayed")
+    assert first.stop(signal.SIGTERM) == 0, first.stderr()
+    stats = channel_stats(src.http_address, topic, CHANNEL)
+    relayed = topic_message_count(dst.http_address, topic)
+    assert stats["in_flight_count"] == 0 and stats["requeue_count"] == 0
+    assert relayed < total, "the stop should land in the middle of the stream"
+    assert stats["depth"] == total - relayed  # published <=> FINished
+    second = tools.start("nsq_to_nsq", *args)
+    wait_for(drained(src.http_address, topic, CHANNEL, total), timeout=90, what="the rest relayed")
+    assert second.stop(signal.SIGTERM) == 0, second.stderr()
+    assert topic_message_count(dst.http_address, topic) == total
+    assert sorted(read_all(dst, topic, total)) == bodies
 
 
 @pytest.mark.timeout(90)

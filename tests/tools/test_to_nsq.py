@@ -11,6 +11,8 @@ import pytest
 from helpers.servers import unique_name
 from tools.tool_util import create_channel, run_tool, topic_message_count, wait_for
 
+pytestmark = pytest.mark.timeout(60)
+
 
 def read_all(nsqd, topic: str, n: int) -> list[bytes]:
     result = run_tool("nsq_tail", f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp_address}",

@@ -17,7 +17,7 @@ import ssl
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, NoReturn
+from typing import Any, Callable, Coroutine, Iterable, NoReturn
 
 import aiohttp
 import orjson
@@ -66,6 +66,12 @@ class Options:
 
     def __init__(self, values: dict[str, Any]) -> None:
         self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:  # only reached for names no flag defined
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
 
 
 def parse_flags(fs: FlagSet, argv: list[str]) -> dict[str, Any]:
@@ -125,11 +131,11 @@ def install_event_loop_policy() -> None:
         pass
 
 
-def run(coro_factory: Callable[[], Awaitable[int]]) -> NoReturn:
+def run(coro_factory: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
     """Run the tool's main coroutine on a fresh loop and exit with the status it returns."""
     install_event_loop_policy()
     try:
-        code = asyncio.run(coro_factory())  # type: ignore[arg-type]
+        code = asyncio.run(coro_factory())
     except KeyboardInterrupt:
         code = 130
     raise SystemExit(code)

@@ -124,7 +124,7 @@ def needs_rev(opts: Any) -> bool:
 
 def filename_format(opts: Any, topic: str, hostname: str | None = None, pid: int | None = None) -> str:
     """Everything but ``<DATETIME>`` (and ``<REV>``) substituted, ``.gz`` appended for gzip."""
-    fmt = opts.filename_format
+    fmt: str = opts.filename_format
     if needs_rev(opts):
         if "<REV>" not in fmt:
             raise ValueError("missing <REV> in --filename-format when gzip, rotation, or work dir enabled")
