@@ -331,6 +331,20 @@ def test_unreachable_nsqd_then_sigterm_exits_cleanly(tools, tmp_path):
     assert not any(p.suffix == ".log" for p in Path(tmp_path).iterdir() if p.is_file())
 
 
+@pytest.mark.timeout(30)
+def test_unwritable_output_is_fatal_and_acknowledges_nothing(nsqd, tmp_path):
+    topic = unique_name("fatal")
+    create_channel(nsqd.http_address, topic, CHANNEL)
+    mpub(nsqd.http_address, topic, [b"kept-1", b"kept-2"])
+    (tmp_path / "a-file").write_text("not a directory")
+    result = run_tool("nsq_to_file", f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp_address}",
+                      f"--output-dir={tmp_path / 'a-file' / 'sub'}", timeout=20)
+    assert result.returncode == 1
+    assert "unable to create dir" in result.stderr.decode()
+    stats = channel_stats(nsqd.http_address, topic, CHANNEL)
+    assert stats["in_flight_count"] + stats["depth"] == 2  # nsqd will deliver them again
+
+
 def test_pid_token_is_this_process(tmp_path):
     from nsqpy.tools.common import Options
     from nsqpy.tools.nsq_to_file import filename_format

@@ -148,7 +148,17 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 def exclusive_rename(src: str, dst: str) -> None:
     """Move without ever replacing: link (fails if ``dst`` exists), then unlink ``src``."""
     os.link(src, dst)
+    fsync_dir(os.path.dirname(dst))
     os.unlink(src)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory entry (a new or moved file) durable, not just the file's data."""
+    fd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- one topic ----------------------------------------------------------------------------------
@@ -447,6 +457,11 @@ class FileLogger:
                 continue
             break
         self.logger.info("%s opening %s", self.tag, path)
+        try:
+            fsync_dir(os.path.dirname(path))
+        except OSError as err:
+            os.close(fd)
+            raise FatalError(f"{self.tag} unable to sync directory of {path}: {err}") from None
         self._fd = fd
         self._path = path
         self._filesize = size
@@ -614,6 +629,9 @@ def main(argv: list[str] | None = None) -> None:
         fatal(PROGRAM, "--max-in-flight must be at least 1")
     if o.work_dir == "":
         o.work_dir = o.output_dir
+    # compared and joined as strings below: "/data/out/" and "/data/out" are the same place
+    o.output_dir = os.path.normpath(o.output_dir)
+    o.work_dir = os.path.normpath(o.work_dir)
     try:
         filename_format(o, "topic")
     except ValueError as err:
