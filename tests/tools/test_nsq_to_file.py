@@ -332,6 +332,35 @@ def test_unreachable_nsqd_then_sigterm_exits_cleanly(tools, tmp_path):
 
 
 @pytest.mark.timeout(30)
+def test_a_message_delivered_many_times_is_still_archived(nsqd, tools, tmp_path):
+    from helpers.wire import Wire
+
+    topic = unique_name("attempts")
+    create_channel(nsqd.http_address, topic, CHANNEL)
+    mpub(nsqd.http_address, topic, [b"stubborn"])
+    wire = Wire(nsqd.tcp_address)
+    try:
+        wire.identify(feature_negotiation=True)
+        wire.sub(topic, CHANNEL, rdy=1)
+        for i in range(6):  # six deliveries handed back: the next one is attempt 7
+            msg = wire.read_message()
+            assert msg.attempts == i + 1
+            if i == 5:
+                wire.cmd(b"RDY", "0")  # ...and it goes to nsq_to_file, not back to us
+            wire.cmd(b"REQ", msg.id, "0")
+        wait_for(lambda: channel_stats(nsqd.http_address, topic, CHANNEL)["depth"] == 1,
+                 what="the message back in the queue")
+    finally:
+        wire.close()
+    out = tmp_path / "out"
+    proc = tools.start("nsq_to_file", f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp_address}",
+                       f"--output-dir={out}", "--filename-format=<TOPIC>.log")
+    wait_for(drained(nsqd.http_address, topic, CHANNEL, 1), what="the message archived")
+    assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
+    assert lines_of(out / f"{topic}.log") == [b"stubborn"]  # go-nsq's max_attempts=5 would drop it
+
+
+@pytest.mark.timeout(30)
 def test_unwritable_output_is_fatal_and_acknowledges_nothing(nsqd, tmp_path):
     topic = unique_name("fatal")
     create_channel(nsqd.http_address, topic, CHANNEL)

@@ -8,7 +8,8 @@ nothing more until we answer), every ``--sync-interval``, on rotation and on sto
 
 Files: ``--filename-format`` with ``<TOPIC> <HOST> <PID> <DATETIME> <REV>``; a new file when the
 formatted name changes (the ``--datetime-format`` hour, by default), after ``--rotate-interval``
-or past ``--rotate-size`` bytes. ``--gzip`` writes one gzip member per sync (concatenated members
+or past ``--rotate-size`` bytes (counted before compression, as upstream, plus what a file
+reopened for appending already held). ``--gzip`` writes one gzip member per sync (concatenated members
 are a valid gzip file, and each member's trailer marks a point where everything before it was
 acknowledged). With ``--work-dir`` files are written there and moved to ``--output-dir`` when
 closed, never overwriting (``<REV>`` is bumped instead).
@@ -22,7 +23,10 @@ Differences from upstream, on purpose: with ``--topic-pattern`` and no ``--topic
 list is fetched at start-up rather than after the first ``--topic-refresh``; a file opened in
 append mode whose last line was cut short (a crash mid-write) gets a newline first, so the torn
 line does not swallow the next message; the ``<REV>`` requirement is checked once at start-up
-(fatal) instead of per topic; an invalid ``--topic-pattern`` is fatal instead of matching nothing.
+(fatal) instead of per topic; an invalid ``--topic-pattern`` is fatal instead of matching nothing;
+``max_attempts`` defaults to 0 (unlimited): go-nsq's 5 would FIN a message re-delivered more often
+(after repeated crashes) without writing it; directories are fsynced after a file is created or
+moved, so a power loss cannot drop the entry of a file whose data was acknowledged.
 """
 
 from __future__ import annotations
@@ -178,6 +182,10 @@ class FileLogger:
         self.max_in_flight = max(1, opts.max_in_flight)
         consumer_kwargs = dict(go_cfg.consumer)
         consumer_kwargs["max_in_flight"] = opts.max_in_flight
+        # go-nsq FINs a message delivered more than max_attempts times without handling it; an
+        # archiver never fails a message on purpose, so that would only drop unwritten data
+        # (after repeated crashes, say): unlimited unless --consumer-opt=max_attempts,N
+        consumer_kwargs.setdefault("max_attempts", 0)
         self.consumer = Consumer(
             topic, opts.channel, self._on_message,
             nsqd_tcp_addresses=opts.nsqd_tcp_address,
