@@ -99,6 +99,30 @@ class Nsqd(ServerProcess):
         return Nsqd(self.data_path, *extra, tcp_port=self.tcp_port, http_port=self.http_port)
 
 
+class Nsqlookupd(ServerProcess):
+    def __init__(self, log_dir: Path, *extra: str, tcp_port: int | None = None,
+                 http_port: int | None = None) -> None:
+        self.tcp_port = tcp_port or free_port()
+        self.http_port = http_port or free_port()
+        self.log_dir = log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        argv = [str(VENV_BIN / "nsqlookupd"), f"--tcp-address=127.0.0.1:{self.tcp_port}",
+                f"--http-address=127.0.0.1:{self.http_port}", "--broadcast-address=127.0.0.1", *extra]
+        super().__init__(argv, f"http://127.0.0.1:{self.http_port}/ping", log_dir / "nsqlookupd.log")
+
+    @property
+    def tcp_address(self) -> str:
+        return f"127.0.0.1:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def restart(self, *extra: str) -> "Nsqlookupd":
+        self.stop()
+        return Nsqlookupd(self.log_dir, *extra, tcp_port=self.tcp_port, http_port=self.http_port)
+
+
 def unique_name(prefix: str = "t") -> str:
     """A topic/channel name no other test uses."""
     return f"{prefix}_{os.getpid()}_{time.monotonic_ns() % 10**12}"

@@ -1,0 +1,179 @@
+"""A real cluster on loopback: 2 nsqlookupd + 3 nsqd, found and consumed by an unchanged pynsq."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from helpers.servers import Nsqd, Nsqlookupd, unique_name
+from helpers.wire import Wire
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def get_json(addr: str, path: str):
+    try:
+        with urllib.request.urlopen(f"http://{addr}{path}", timeout=5) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            return None
+        raise
+
+
+def post(addr: str, path: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"http://{addr}{path}", method="POST"), timeout=5)
+
+
+def producers(lookupd: Nsqlookupd, topic: str) -> set[int]:
+    doc = get_json(lookupd.http_address, f"/lookup?topic={topic}")
+    return {p["tcp_port"] for p in (doc or {}).get("producers", [])}
+
+
+def wait_until(cond, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    lookupds = [Nsqlookupd(tmp_path / f"lookupd{i}", "--inactive-producer-timeout=3s",
+                           "--tombstone-lifetime=30s") for i in range(2)]
+    flags = [f"--lookupd-tcp-address={l.tcp_address}" for l in lookupds]
+    nodes = [Nsqd(tmp_path / f"nsqd{i}", *flags) for i in range(3)]
+    yield lookupds, nodes, flags
+    for node in nodes:
+        node.stop()
+    for l in lookupds:
+        l.stop()
+
+
+def test_pynsq_reader_via_lookupd_gets_messages_from_all_nodes(cluster, tornado_run):
+    import nsq
+
+    lookupds, nodes, _ = cluster
+    topic = unique_name()
+    for i, node in enumerate(nodes):
+        Wire(node.tcp_address).mpub(topic, [b"node%d-%d" % (i, j) for j in range(10)])
+    for l in lookupds:  # every independent lookupd knows every producer
+        wait_until(lambda l=l: producers(l, topic) == {n.tcp_port for n in nodes}, what="registration")
+    got: list[bytes] = []
+
+    def handler(message):
+        got.append(message.body)
+        return True
+
+    async def main():
+        import asyncio
+        reader = nsq.Reader(topic=topic, channel="ch", message_handler=handler, max_in_flight=10,
+                            lookupd_http_addresses=[f"http://{l.http_address}" for l in lookupds],
+                            lookupd_poll_interval=1)
+        while len(got) < 30:
+            await asyncio.sleep(0.05)
+        reader.close()
+
+    tornado_run(main, 30)
+    assert sorted(got) == sorted(b"node%d-%d" % (i, j) for i in range(3) for j in range(10))
+
+
+def test_channels_are_registered_and_precreated_on_new_topics(cluster):
+    lookupds, nodes, _ = cluster
+    topic = unique_name()
+    w = Wire(nodes[0].tcp_address)
+    w.sub(topic, "archive")
+    wait_until(lambda: get_json(lookupds[1].http_address, f"/channels?topic={topic}") ==
+               {"channels": ["archive"]}, what="channel registration")
+    # a message published on another node for a topic new there still reaches "archive"
+    # (the lookupd query runs in the background; the message waits at the topic until it is done)
+    Wire(nodes[1].tcp_address).pub(topic, b"first")
+
+    def archived():
+        chans = get_json(nodes[1].http_address, f"/stats?format=json&topic={topic}")["topics"][0]["channels"]
+        return [(c["channel_name"], c["depth"]) for c in chans] == [("archive", 1)]
+    wait_until(archived, what="the pre-created channel to hold the first message")
+
+
+def test_clean_stop_leaves_at_once_and_kill9_leaves_too(cluster):
+    lookupds, nodes, _ = cluster
+    topic = unique_name()
+    for node in nodes:
+        Wire(node.tcp_address).pub(topic, b"x")
+    wait_until(lambda: producers(lookupds[0], topic) == {n.tcp_port for n in nodes}, what="registration")
+    nodes[0].stop()
+    wait_until(lambda: nodes[0].tcp_port not in producers(lookupds[0], topic), timeout=3,
+               what="clean stop to unregister")
+    nodes[1].kill9()
+    # the OS closes the killed node's connection; at the latest the inactive timeout (3 s) hides it
+    wait_until(lambda: nodes[1].tcp_port not in producers(lookupds[0], topic), timeout=6,
+               what="killed node to leave /lookup")
+    assert producers(lookupds[1], topic) == {nodes[2].tcp_port}
+
+
+def test_tombstone_stops_new_consumer_connections(cluster, tornado_run):
+    import nsq
+
+    lookupds, nodes, _ = cluster
+    topic = unique_name()
+    for node in nodes:
+        Wire(node.tcp_address).pub(topic, b"x")
+    for l in lookupds:
+        wait_until(lambda l=l: len(producers(l, topic)) == 3, what="registration")
+        post(l.http_address, f"/topic/tombstone?topic={topic}&node=127.0.0.1:{nodes[0].http_port}")
+        assert nodes[0].tcp_port not in producers(l, topic)
+    got: list[bytes] = []
+
+    def handler(message):
+        got.append(message.body)
+        return True
+
+    async def main():
+        import asyncio
+        reader = nsq.Reader(topic=topic, channel="ch", message_handler=handler, max_in_flight=10,
+                            lookupd_http_addresses=[f"http://{l.http_address}" for l in lookupds],
+                            lookupd_poll_interval=1)
+        while len(got) < 2:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.5)  # another poll: still no connection to the tombstoned node
+        reader.close()
+
+    tornado_run(main, 30)
+    assert len(got) == 2
+    channels = get_json(nodes[0].http_address, f"/stats?format=json&topic={topic}")["topics"][0]["channels"]
+    assert channels == []  # nobody ever subscribed on the tombstoned node
+
+
+def test_lookupd_restart_is_healed_by_reregistration(cluster):
+    lookupds, nodes, _ = cluster
+    topic = unique_name()
+    sub = Wire(nodes[2].tcp_address)
+    sub.sub(topic, "c1")
+    wait_until(lambda: nodes[2].tcp_port in producers(lookupds[0], topic), what="registration")
+    lookupds[0] = lookupds[0].restart("--inactive-producer-timeout=3s")
+    assert get_json(lookupds[0].http_address, f"/lookup?topic={topic}") is None  # fresh, empty
+    wait_until(lambda: nodes[2].tcp_port in producers(lookupds[0], topic), timeout=20,
+               what="re-registration after the lookupd restart")
+    assert get_json(lookupds[0].http_address, f"/channels?topic={topic}") == {"channels": ["c1"]}
+
+
+def test_config_put_changes_lookupd_peers_live(tmp_path):
+    extra = Nsqlookupd(tmp_path / "extra")
+    node = Nsqd(tmp_path / "n")
+    try:
+        topic = unique_name()
+        Wire(node.tcp_address).pub(topic, b"x")
+        req = urllib.request.Request(f"http://{node.http_address}/config/nsqlookupd_tcp_addresses",
+                                     data=json.dumps([extra.tcp_address]).encode(), method="PUT")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert json.load(r) == [extra.tcp_address]
+        wait_until(lambda: node.tcp_port in producers(extra, topic), what="registration with the new peer")
+    finally:
+        node.stop()
+        extra.stop()
