@@ -77,6 +77,28 @@ def test_runs_until_sigterm_without_count(nsqd, tools):
     assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
 
 
+@pytest.mark.timeout(60)
+def test_closed_stdout_stops_quietly(nsqd):
+    import subprocess
+
+    from tools.tool_util import script
+
+    topic = unique_name("head")
+    create_channel(nsqd.http_address, topic, "ch")
+    proc = subprocess.Popen([script("nsq_stat"), f"--topic={topic}", "--channel=ch",
+                             f"--nsqd-http-address={nsqd.http_address}", "--interval=20ms"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().startswith(b"------rate")
+        proc.stdout.close()  # like `nsq_stat ... | head -1`
+        assert proc.wait(20) == 1
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
 @pytest.mark.timeout(30)
 def test_errors(nsqd):
     topic = unique_name("err")

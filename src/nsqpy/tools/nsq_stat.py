@@ -16,6 +16,7 @@ exits); all of them failing is fatal, as is a channel that none of them has.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -215,6 +216,11 @@ async def _main(o: Any, logger: Any) -> int:
         if stopped:
             return 0
         raise
+    except BrokenPipeError:
+        # stdout went away (`nsq_stat ... | head`): stop quietly, no flush error at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 def main(argv: list[str] | None = None) -> None:
