@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import random
 import signal
 import ssl
 import sys
@@ -508,7 +507,3 @@ async def lookupd_topics(session: aiohttp.ClientSession, lookupd_addresses: list
             data = data["data"]  # pre-1.0 envelope
         topics.update(t for t in (data or {}).get("topics") or () if isinstance(t, str))
     return sorted(topics)
-
-
-def jittered(interval: float, jitter: float = 0.0) -> float:
-    return interval + random.random() * jitter * interval
