@@ -126,6 +126,26 @@ def test_100k_kill9_mid_stream_then_restart_keeps_every_message(nsqd_factory, to
     assert len(lines) - total <= 2 * 200, len(lines) - total
 
 
+@pytest.mark.timeout(120)
+def test_one_topic_on_two_nsqd_into_one_archive(nsqd_factory, tools, tmp_path):
+    a, b = nsqd_factory(), nsqd_factory()
+    topic = unique_name("two")
+    out = tmp_path / "out"
+    per_node = 20_000
+    for i, node in enumerate((a, b)):
+        create_channel(node.http_address, topic, CHANNEL)
+        mpub(node.http_address, topic, [b"n%d-%05d" % (i, j) for j in range(per_node)])
+    proc = tools.start("nsq_to_file", f"--topic={topic}", f"--nsqd-tcp-address={a.tcp_address}",
+                       f"--nsqd-tcp-address={b.tcp_address}", f"--output-dir={out}", "--gzip",
+                       "--max-in-flight=50")
+    for node in (a, b):
+        wait_for(drained(node.http_address, topic, CHANNEL, per_node), timeout=90, interval=0.1,
+                 what=f"{node.tcp_address} drained")
+    assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
+    lines = [line for f in files_under(out) for line in gzip_lines(f)]
+    assert len(lines) == len(set(lines)) == 2 * per_node
+
+
 # --- acknowledgement only after fsync; signals ------------------------------------------------------
 
 
