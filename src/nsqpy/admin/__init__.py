@@ -1,0 +1,1 @@
+"""nsqadmin: web UI and JSON API over an NSQ cluster (see ``main``)."""

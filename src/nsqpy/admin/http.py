@@ -1,0 +1,610 @@
+"""nsqadmin's HTTP server: the JSON API (reference §4.3), the single-page UI and ``/config``.
+
+Routes, status codes and ``{"message": ...}`` texts follow upstream's ``nsqadmin/http.go``. Every
+route lives under ``--base-path``. Routing is method-strict as with upstream's httprouter: a path
+that exists for another method gets 405 ``METHOD_NOT_ALLOWED`` with ``Allow``, a path differing
+only by a trailing slash is redirected, anything else is 404 ``NOT_FOUND``. Responses are
+compressed when the client accepts gzip or deflate (upstream's ``CompressHandler``).
+
+The UI is plain HTML/CSS/JS from ``static/``; ``index.html`` gets the base path and whether the
+requester is an admin (so it can hide the action buttons), as upstream's template does.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import mimetypes
+import posixpath
+import re
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+import orjson
+from aiohttp import hdrs, web
+
+from .. import NSQ_COMPAT_VERSION
+from ..common.flags import format_duration
+from ..common.log import parse_level, set_level
+from ..nsqd.stats import go_json
+from ..protocol.names import is_valid_name
+from .clusterinfo import ClusterInfo, UpstreamError, sort_clients_by_node_topology
+from .options import config_flags, config_value
+
+if TYPE_CHECKING:
+    from .main import NSQAdmin
+
+STATIC_DIR = Path(__file__).parent / "static"
+V1_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+ACTIONS = ("pause", "unpause", "empty")
+
+
+class HTTPError(Exception):
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+
+def warn_message(messages: list[str]) -> str:
+    """Upstream's ``maybeWarnMsg``."""
+    return "WARNING: " + "; ".join(messages) if messages else ""
+
+
+def v1_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=go_json(data),
+                        headers={**V1_HEADERS, "Content-Type": "application/json; charset=utf-8"})
+
+
+def v1_error(code: int, text: str) -> web.Response:
+    return v1_response({"message": text}, code)
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def decode_body(raw: bytes, fields: tuple[str, ...]) -> dict[str, str]:
+    """A JSON object body as Go's ``json.Decoder.Decode`` into a struct of string fields.
+
+    Only the first JSON value counts, ``null`` leaves every field empty, and errors carry Go's
+    wording where it is cheap to match (``EOF``, ``cannot unmarshal``)."""
+    text = raw.decode("utf-8", "replace").lstrip(" \t\r\n")
+    if not text:
+        raise ValueError("EOF")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError as err:
+        if err.pos >= len(text):
+            raise ValueError("unexpected EOF") from None
+        ch = text[err.pos]
+        where = "looking for beginning of value" if err.pos == 0 else "in JSON body"
+        raise ValueError(f"invalid character '{ch}' {where}") from None
+    if value is None:
+        return {f: "" for f in fields}
+    if not isinstance(value, dict):
+        raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into Go value of type struct")
+    out = {}
+    for f in fields:
+        # Go matches struct tags case-insensitively; an exact key wins
+        v = value.get(f)
+        if v is None:
+            v = next((val for key, val in value.items() if key.lower() == f), None)
+        if v is not None and not isinstance(v, str):
+            raise ValueError(f"json: cannot unmarshal {_json_kind(v)} into Go struct field "
+                             f".{f} of type string")
+        out[f] = v or ""
+    return out
+
+
+def basic_auth_user(request: web.Request) -> str:
+    parts = request.headers.get("Authorization", "").split(" ", 1)
+    if len(parts) != 2 or parts[0] != "Basic":
+        return ""
+    try:
+        decoded = base64.b64decode(parts[1], validate=True).decode("utf-8", "replace")
+    except ValueError:
+        return ""
+    user, sep, _ = decoded.partition(":")
+    return user if sep else ""
+
+
+def remote_addr(request: web.Request) -> str:
+    """``host:port`` of the peer, as Go's ``Request.RemoteAddr``."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if not peer:
+        return ""
+    host = peer[0]
+    return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+
+
+# --- routing -----------------------------------------------------------------------------------
+
+Handler = Callable[[web.Request, dict[str, str]], Awaitable[web.StreamResponse]]
+
+
+class Router:
+    """httprouter-like: ``:name`` matches one non-empty path segment."""
+
+    def __init__(self) -> None:
+        self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
+
+    def add(self, method: str, path: str, handler: Handler) -> None:
+        parts = []
+        for seg in path.split("/"):
+            parts.append(f"(?P<{seg[1:]}>[^/]+)" if seg.startswith(":") else re.escape(seg))
+        self.routes.append((method, re.compile("/".join(parts)), handler))
+
+    def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]] | None:
+        for m, pattern, handler in self.routes:
+            if m == method:
+                hit = pattern.fullmatch(path)
+                if hit:
+                    return handler, hit.groupdict()
+        return None
+
+    def allowed(self, path: str, method: str) -> str:
+        found = {m for m, pattern, _ in self.routes
+                 if m != method and pattern.fullmatch(path)}
+        return ", ".join(sorted(found | {"OPTIONS"})) if found else ""
+
+
+# --- the server --------------------------------------------------------------------------------
+
+class HTTPServer:
+    def __init__(self, admin: "NSQAdmin", ci: ClusterInfo) -> None:
+        self.admin = admin
+        self.logger = admin.logger
+        self.ci = ci
+        self.router = Router()
+        bp = self.bp
+        r = self.router.add
+        for page in ("/", "/topics", "/topics/:topic", "/topics/:topic/:channel", "/nodes",
+                     "/nodes/:node", "/counter", "/lookup"):
+            r("GET", bp(page), self.index)
+        r("GET", bp("/ping"), self.ping)
+        r("GET", bp("/static/:asset"), self.static_asset)
+        r("GET", bp("/api/topics"), self.topics)
+        r("GET", bp("/api/topics/:topic"), self.topic)
+        r("GET", bp("/api/topics/:topic/:channel"), self.channel)
+        r("GET", bp("/api/nodes"), self.nodes)
+        r("GET", bp("/api/nodes/:node"), self.node)
+        r("POST", bp("/api/topics"), self.create_topic_channel)
+        r("POST", bp("/api/topics/:topic"), self.topic_action)
+        r("POST", bp("/api/topics/:topic/:channel"), self.channel_action)
+        r("DELETE", bp("/api/nodes/:node"), self.tombstone_node_for_topic)
+        r("DELETE", bp("/api/topics/:topic"), self.delete_topic)
+        r("DELETE", bp("/api/topics/:topic/:channel"), self.delete_channel)
+        r("GET", bp("/api/counter"), self.counter)
+        r("GET", bp("/config/:opt"), self.config)
+        r("PUT", bp("/config/:opt"), self.config)
+        self.methods = {m for m, _, _ in self.router.routes}
+
+    @property
+    def opts(self):  # options can change at run time through PUT /config
+        return self.admin.opts
+
+    def bp(self, p: str) -> str:
+        """Go's ``path.Join(basePath, p)``."""
+        return posixpath.normpath(posixpath.join(self.opts.base_path, p.lstrip("/"))) \
+            if p != "/" else self.opts.base_path
+
+    def make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return app
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        start = time.perf_counter()
+        method, path = request.method, request.path
+        hit = self.router.match(method, path)
+        if hit is not None:
+            handler, params = hit
+            try:
+                response = await handler(request, params)
+            except HTTPError as err:
+                response = v1_error(err.code, err.text)
+            except Exception as err:  # upstream's panic handler
+                self.logger.exception("panic in HTTP handler - %s", err)
+                response = v1_error(500, "INTERNAL_ERROR")
+        else:
+            response = self._unrouted(request, method, path)
+        self.logger.info("%d %s %s (%s) %s", response.status, method, request.raw_path,
+                         remote_addr(request), format_duration(time.perf_counter() - start))
+        if isinstance(response, web.Response) and response.body:
+            accept = request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()
+            if "gzip" in accept or "deflate" in accept:
+                response.enable_compression()
+        return response
+
+    def _unrouted(self, request: web.Request, method: str, path: str) -> web.Response:
+        if method in self.methods and path != "/":
+            alt = path[:-1] if path.endswith("/") else path + "/"
+            if self.router.match(method, alt) is not None:
+                location = alt
+                if request.rel_url.raw_query_string:
+                    location += "?" + request.rel_url.raw_query_string
+                return web.Response(status=301 if method == "GET" else 307,
+                                    headers={"Location": location})
+        allow = self.router.allowed(path, method)
+        if method == "OPTIONS" and allow:
+            return web.Response(headers={"Allow": allow})
+        if allow and method != "OPTIONS":
+            response = v1_error(405, "METHOD_NOT_ALLOWED")
+            response.headers["Allow"] = allow
+            return response
+        return v1_error(404, "NOT_FOUND")
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def is_admin(self, request: web.Request) -> bool:
+        users = self.opts.admin_user
+        if not users:
+            return True
+        return request.headers.get(self.opts.acl_http_header, "") in users
+
+    def require_admin(self, request: web.Request) -> None:
+        if not self.is_admin(request):
+            raise HTTPError(403, "FORBIDDEN")
+
+    def upstream_failed(self, what: str, err: UpstreamError) -> HTTPError:
+        self.logger.error("failed to %s - %s", what, err)
+        return HTTPError(502, f"UPSTREAM_ERROR: {err}")
+
+    def partial(self, messages: list[str], errors: list[str]) -> None:
+        if errors:
+            text = "\n".join(errors)
+            self.logger.warning("%s", text)
+            messages.append(text)
+
+    def notify(self, action: str, topic: str, channel: str, node: str,
+               request: web.Request) -> None:
+        if not self.opts.notification_http_endpoint:
+            return
+        scheme = "https" if request.secure or request.headers.get("X-Scheme") == "https" else "http"
+        url = f"{scheme}://{request.host}{request.path}"
+        if request.rel_url.raw_query_string:
+            url += "?" + request.rel_url.raw_query_string
+        doc: dict[str, Any] = {"action": action, "topic": topic}
+        if channel:
+            doc["channel"] = channel
+        if node:
+            doc["node"] = node
+        doc["timestamp"] = int(time.time())
+        user = basic_auth_user(request)
+        if user:
+            doc["user"] = user
+        doc["remote_ip"] = remote_addr(request)
+        doc["user_agent"] = request.headers.get("User-Agent", "")
+        doc["url"] = url
+        doc["via"] = socket.gethostname()
+        self.admin.notifier.send(doc)
+
+    # --- pages ---------------------------------------------------------------------------------
+
+    async def index(self, request: web.Request, _: dict) -> web.Response:
+        page = self._read_asset("index.html")
+        if page is None:
+            raise HTTPError(500, "INTERNAL_ERROR")
+        base = self.opts.base_path
+        config = {
+            "version": NSQ_COMPAT_VERSION,
+            "basePath": base,
+            "isAdmin": self.is_admin(request),
+            "nsqlookupd": list(self.opts.lookupd_http_address),
+            "nsqd": list(self.opts.nsqd_http_address),
+            "graphEnabled": False,
+        }
+        html = (page.decode("utf-8")
+                .replace("{{STATIC}}", self.bp("/static"))
+                .replace("{{CONFIG_JSON}}", go_json(config).decode()))
+        return web.Response(text=html, content_type="text/html", charset="utf-8")
+
+    async def ping(self, request: web.Request, _: dict) -> web.Response:
+        return web.Response(text="OK")
+
+    def _read_asset(self, name: str) -> bytes | None:
+        if not name or name.startswith(".") or "/" in name or "\\" in name:
+            return None
+        base = Path(self.opts.dev_static_dir) if self.opts.dev_static_dir else STATIC_DIR
+        try:
+            return (base / name).read_bytes()
+        except OSError:
+            return None
+
+    async def static_asset(self, request: web.Request, params: dict) -> web.Response:
+        name = params["asset"]
+        data = self._read_asset(name)
+        if data is None:
+            raise HTTPError(404, "NOT_FOUND")
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype in ("application/javascript", "text/javascript"):
+            ctype += "; charset=utf-8"
+        return web.Response(body=data, headers={"Content-Type": ctype})
+
+    # --- read API ------------------------------------------------------------------------------
+
+    async def topics(self, request: web.Request, _: dict) -> web.Response:
+        messages: list[str] = []
+        opts = self.opts
+        try:
+            if opts.lookupd_http_address:
+                found = await self.ci.lookupd_topics(opts.lookupd_http_address)
+            else:
+                found = await self.ci.nsqd_topics(opts.nsqd_http_address)
+        except UpstreamError as err:
+            raise self.upstream_failed("get topics", err) from None
+        self.partial(messages, found.errors)
+        if request.query.get("inactive") == "true":
+            inactive: dict[str, list[str] | None] = {}
+            if opts.lookupd_http_address:
+                for name in found.value or ():
+                    try:
+                        producers = await self.ci.lookupd_topic_producers(
+                            name, opts.lookupd_http_address)
+                        if producers.value:
+                            continue
+                    except UpstreamError:
+                        pass
+                    try:
+                        channels = (await self.ci.lookupd_topic_channels(
+                            name, opts.lookupd_http_address)).value
+                    except UpstreamError:
+                        channels = None
+                    inactive[name] = channels
+            return v1_response({"topics": dict(sorted(inactive.items())),
+                                "message": warn_message(messages)})
+        return v1_response({"topics": found.value, "message": warn_message(messages)})
+
+    async def _topic_producers(self, topic: str, messages: list[str]):
+        opts = self.opts
+        try:
+            found = await self.ci.topic_producers(topic, opts.lookupd_http_address,
+                                                  opts.nsqd_http_address)
+        except UpstreamError as err:
+            raise self.upstream_failed("get topic producers", err) from None
+        self.partial(messages, found.errors)
+        return found.value
+
+    async def topic(self, request: web.Request, params: dict) -> web.Response:
+        from .clusterinfo import TopicStats
+
+        messages: list[str] = []
+        name = params["topic"]
+        producers = await self._topic_producers(name, messages)
+        try:
+            stats = await self.ci.nsqd_stats(producers, name, "", include_clients=False)
+        except UpstreamError as err:
+            raise self.upstream_failed("get topic metadata", err) from None
+        self.partial(messages, stats.errors)
+        total = TopicStats("", "", name)
+        for ts in stats.value[0]:
+            total.add(ts)
+        return v1_response({**total.to_json(), "message": warn_message(messages)})
+
+    async def channel(self, request: web.Request, params: dict) -> web.Response:
+        messages: list[str] = []
+        topic, channel = params["topic"], params["channel"]
+        producers = await self._topic_producers(topic, messages)
+        try:
+            stats = await self.ci.nsqd_stats(producers, topic, channel, include_clients=True)
+        except UpstreamError as err:
+            raise self.upstream_failed("get channel metadata", err) from None
+        self.partial(messages, stats.errors)
+        agg = stats.value[1].get(channel)
+        if agg is None:
+            # upstream dereferences a missing channel and its panic handler answers 500
+            self.logger.error("channel %s:%s not found on any producer", topic, channel)
+            raise HTTPError(500, "INTERNAL_ERROR")
+        if agg.clients:
+            agg.clients = sort_clients_by_node_topology(agg.clients)
+        return v1_response({**agg.to_json(), "message": warn_message(messages)})
+
+    async def _producers(self, messages: list[str], what: str):
+        try:
+            found = await self.ci.producers(self.opts.lookupd_http_address,
+                                            self.opts.nsqd_http_address)
+        except UpstreamError as err:
+            raise self.upstream_failed(what, err) from None
+        self.partial(messages, found.errors)
+        return found.value
+
+    async def nodes(self, request: web.Request, _: dict) -> web.Response:
+        messages: list[str] = []
+        producers = await self._producers(messages, "get nodes")
+        return v1_response({"nodes": [p.to_json() for p in producers],
+                            "message": warn_message(messages)})
+
+    async def node(self, request: web.Request, params: dict) -> web.Response:
+        messages: list[str] = []
+        node = params["node"]
+        producers = await self._producers(messages, "get producers")
+        producer = next((p for p in producers if p.http_address == node), None)
+        if producer is None:
+            raise HTTPError(404, "NODE_NOT_FOUND")
+        try:
+            stats = await self.ci.nsqd_stats([producer], "", "", include_clients=True)
+        except UpstreamError as err:
+            self.logger.error("failed to get nsqd stats - %s", err)
+            raise HTTPError(502, f"UPSTREAM_ERROR: {err}") from None
+        topics = stats.value[0]
+        total_clients = sum(len(cs.clients or ()) for ts in topics for cs in ts.channels or ())
+        total_messages = sum(ts.counts["message_count"] for ts in topics)
+        return v1_response({"node": node, "topics": [t.to_json() for t in topics] or None,
+                            "total_messages": total_messages, "total_clients": total_clients,
+                            "message": warn_message(messages)})
+
+    async def counter(self, request: web.Request, _: dict) -> web.Response:
+        messages: list[str] = []
+        producers = await self._producers(messages, "get counter producer list")
+        try:
+            stats = await self.ci.nsqd_stats(producers, "", "", include_clients=False)
+        except UpstreamError as err:
+            raise self.upstream_failed("get nsqd stats", err) from None
+        self.partial(messages, stats.errors)
+        out: dict[str, dict] = {}
+        for agg in stats.value[1].values():
+            for ns in agg.nodes or ():
+                key = f"{agg.topic_name}:{agg.channel_name}:{ns.node}"
+                entry = out.setdefault(key, {"node": ns.node, "topic_name": agg.topic_name,
+                                             "channel_name": agg.channel_name,
+                                             "message_count": 0})
+                entry["message_count"] += ns.counts["message_count"]
+        return v1_response({"stats": dict(sorted(out.items())),
+                            "message": warn_message(messages)})
+
+    # --- admin actions -------------------------------------------------------------------------
+
+    async def _body(self, request: web.Request, fields: tuple[str, ...]) -> dict[str, str]:
+        try:
+            return decode_body(await request.read(), fields)
+        except ValueError as err:
+            raise HTTPError(400, str(err)) from None
+
+    def _done(self, messages: list[str], errors: list[str]) -> web.Response:
+        self.partial(messages, errors)
+        return v1_response({"message": warn_message(messages)})
+
+    async def create_topic_channel(self, request: web.Request, _: dict) -> web.Response:
+        self.require_admin(request)
+        body = await self._body(request, ("topic", "channel"))
+        topic, channel = body["topic"], body["channel"]
+        if not is_valid_name(topic):
+            raise HTTPError(400, "INVALID_TOPIC")
+        if channel and not is_valid_name(channel):
+            raise HTTPError(400, "INVALID_CHANNEL")
+        try:
+            errors = await self.ci.create_topic_channel(topic, channel,
+                                                        self.opts.lookupd_http_address)
+        except UpstreamError as err:
+            raise self.upstream_failed("create topic/channel", err) from None
+        self.notify("create_topic", topic, "", "", request)
+        if channel:
+            self.notify("create_channel", topic, channel, "", request)
+        return self._done([], errors)
+
+    async def topic_action(self, request: web.Request, params: dict) -> web.Response:
+        return await self._action(request, params["topic"], "")
+
+    async def channel_action(self, request: web.Request, params: dict) -> web.Response:
+        return await self._action(request, params["topic"], params["channel"])
+
+    async def _action(self, request: web.Request, topic: str, channel: str) -> web.Response:
+        self.require_admin(request)
+        action = (await self._body(request, ("action",)))["action"]
+        if action not in ACTIONS:
+            raise HTTPError(400, "INVALID_ACTION")
+        try:
+            errors = await self.ci.topic_channel_action(
+                topic, channel, action, self.opts.lookupd_http_address,
+                self.opts.nsqd_http_address)
+        except UpstreamError as err:
+            self.notify(f"{action}_{'channel' if channel else 'topic'}", topic, channel, "",
+                        request)
+            self.logger.error("failed to %s topic/channel - %s", action, err)
+            raise HTTPError(502, f"UPSTREAM_ERROR: {err}") from None
+        # upstream notifies once the action was attempted, whatever its outcome
+        self.notify(f"{action}_{'channel' if channel else 'topic'}", topic, channel, "", request)
+        return self._done([], errors)
+
+    async def delete_topic(self, request: web.Request, params: dict) -> web.Response:
+        self.require_admin(request)
+        topic = params["topic"]
+        try:
+            errors = await self.ci.delete_topic(topic, self.opts.lookupd_http_address,
+                                                self.opts.nsqd_http_address)
+        except UpstreamError as err:
+            raise self.upstream_failed("delete topic", err) from None
+        self.notify("delete_topic", topic, "", "", request)
+        return self._done([], errors)
+
+    async def delete_channel(self, request: web.Request, params: dict) -> web.Response:
+        self.require_admin(request)
+        topic, channel = params["topic"], params["channel"]
+        try:
+            errors = await self.ci.delete_channel(topic, channel, self.opts.lookupd_http_address,
+                                                  self.opts.nsqd_http_address)
+        except UpstreamError as err:
+            raise self.upstream_failed("delete channel", err) from None
+        self.notify("delete_channel", topic, channel, "", request)
+        return self._done([], errors)
+
+    async def tombstone_node_for_topic(self, request: web.Request, params: dict) -> web.Response:
+        self.require_admin(request)
+        node = params["node"]
+        try:
+            topic = decode_body(await request.read(), ("topic",))["topic"]
+        except ValueError:
+            raise HTTPError(400, "INVALID_BODY") from None
+        if not is_valid_name(topic):
+            raise HTTPError(400, "INVALID_TOPIC")
+        try:
+            errors = await self.ci.tombstone_node_for_topic(topic, node,
+                                                            self.opts.lookupd_http_address)
+        except UpstreamError as err:
+            raise self.upstream_failed("tombstone node for topic", err) from None
+        self.notify("tombstone_topic_producer", topic, "", node, request)
+        return self._done([], errors)
+
+    # --- /config -------------------------------------------------------------------------------
+
+    def _config_allowed(self, request: web.Request) -> None:
+        cidr = self.opts.allow_config_from_cidr
+        if not cidr:
+            return
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        try:
+            ip = ipaddress.ip_address(peer[0].split("%")[0]) if peer else None
+        except ValueError:
+            ip = None
+        if ip is None:
+            self.logger.error("failed to parse RemoteAddr %s", remote_addr(request))
+            raise HTTPError(400, "INVALID_REMOTE_ADDR")
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if ip not in ipaddress.ip_network(cidr, strict=False):
+            raise HTTPError(403, "FORBIDDEN")
+
+    async def config(self, request: web.Request, params: dict) -> web.Response:
+        opt = params["opt"]
+        self._config_allowed(request)
+        opts = self.opts
+        if request.method == "PUT":
+            read_max = 1024 * 1024 + 1
+            body = await request.content.read(read_max)
+            if len(body) == read_max or not body:
+                raise HTTPError(413, "INVALID_VALUE")
+            if opt == "nsqlookupd_http_addresses":
+                try:
+                    addrs = orjson.loads(body)
+                except orjson.JSONDecodeError:
+                    raise HTTPError(400, "INVALID_VALUE") from None
+                if addrs is None:
+                    addrs = []
+                if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
+                    raise HTTPError(400, "INVALID_VALUE")
+                opts.lookupd_http_address = addrs
+            elif opt == "log_level":
+                try:
+                    level = parse_level(body.decode("utf-8", "replace"))
+                except ValueError:
+                    raise HTTPError(400, "INVALID_VALUE") from None
+                opts.log_level = level
+                set_level(self.logger, level)
+            else:
+                raise HTTPError(400, "INVALID_OPTION")
+        flag = config_flags().get(opt)
+        if flag is None:
+            raise HTTPError(400, "INVALID_OPTION")
+        return v1_response(config_value(opts, flag))

@@ -1,0 +1,553 @@
+/*
+ * nsqadmin UI: a small single-page app over nsqadmin's JSON API (/api/...).
+ *
+ * Pages (client-side routes under the base path, as upstream):
+ *   /                         topics ("streams") with depth, in-flight and message totals
+ *   /topics/:topic            per-node producers and channels; empty/delete/pause actions
+ *   /topics/:topic/:channel   per-node channel stats and client connections; actions
+ *   /nodes, /nodes/:node      nsqd nodes, one node's topics/channels
+ *   /lookup                   topics without producers; create topic/channel
+ *   /counter                  cluster-wide message counter
+ *
+ * All data reaches the DOM through textContent (the helper `h`), never as HTML.
+ */
+(function () {
+  'use strict';
+
+  var CONFIG = JSON.parse(document.getElementById('nsqadmin-config').textContent);
+  var BASE = CONFIG.basePath === '/' ? '' : CONFIG.basePath;
+  var app = document.getElementById('app');
+  var flashBox = document.getElementById('flash');
+  var pendingFlash = null;
+  var renderSeq = 0;
+  var timers = [];
+
+  // --- helpers -------------------------------------------------------------------------------
+
+  function h(tag, attrs) {
+    var el = document.createElement(tag);
+    if (attrs) {
+      Object.keys(attrs).forEach(function (k) {
+        var v = attrs[k];
+        if (v === null || v === undefined || v === false) return;
+        if (k === 'onclick' || k === 'onsubmit') el[k] = v;
+        else el.setAttribute(k, v === true ? '' : v);
+      });
+    }
+    for (var i = 2; i < arguments.length; i++) append(el, arguments[i]);
+    return el;
+  }
+
+  function append(el, child) {
+    if (child === null || child === undefined || child === false) return;
+    if (Array.isArray(child)) { child.forEach(function (c) { append(el, c); }); return; }
+    el.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+
+  function url(path) { return BASE + path; }
+
+  function link(path, text) {
+    return h('a', { href: url(path), 'data-link': true, 'data-path': path }, text);
+  }
+
+  function fmt(n) { return n === null || n === undefined ? '' : Number(n).toLocaleString('en-US'); }
+
+  function enc(s) { return encodeURIComponent(s); }
+
+  function badge(text, kind) { return h('span', { 'class': 'badge ' + (kind || '') }, text); }
+
+  function alertBox(kind, text) { return h('div', { 'class': 'alert ' + kind, role: 'alert' }, text); }
+
+  function warning(data) { return data && data.message ? alertBox('warning', data.message) : null; }
+
+  function sum(list, key) {
+    return (list || []).reduce(function (acc, x) { return acc + (x[key] || 0); }, 0);
+  }
+
+  function duration(ns) {
+    var s = Math.max(0, Math.floor(ns / 1e9));
+    var d = Math.floor(s / 86400), hh = Math.floor(s % 86400 / 3600);
+    var m = Math.floor(s % 3600 / 60), sec = s % 60;
+    if (d) return d + 'd ' + hh + 'h';
+    if (hh) return hh + 'h ' + m + 'm';
+    if (m) return m + 'm ' + sec + 's';
+    return sec + 's';
+  }
+
+  function table(headers, rows) {
+    return h('table', { 'class': 'data' },
+      h('thead', null, h('tr', null, headers.map(function (hd) {
+        var num = hd.charAt(0) === '#';
+        return h('th', num ? { 'class': 'num' } : null, num ? hd.slice(1) : hd);
+      }))),
+      h('tbody', null, rows));
+  }
+
+  function td(value, num) { return h('td', num ? { 'class': 'num' } : null, value); }
+
+  function crumbs() {
+    var parts = [];
+    for (var i = 0; i < arguments.length; i++) {
+      if (i) parts.push(h('span', { 'class': 'sep' }, '/'));
+      parts.push(arguments[i]);
+    }
+    return h('div', { 'class': 'breadcrumb' }, parts);
+  }
+
+  // --- API -----------------------------------------------------------------------------------
+
+  function ApiError(status, message) { this.status = status; this.message = message; }
+
+  function api(method, path, body) {
+    var init = { method: method, headers: { Accept: 'application/json' } };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers['Content-Type'] = 'application/json';
+    }
+    return fetch(url('/api' + path), init).then(function (resp) {
+      return resp.text().then(function (text) {
+        var data = {};
+        try { data = text ? JSON.parse(text) : {}; } catch (e) { data = { message: text }; }
+        if (!resp.ok) throw new ApiError(resp.status, data.message || resp.statusText);
+        return data;
+      });
+    });
+  }
+
+  // run fn over items with at most `limit` requests in flight
+  function mapLimit(items, limit, fn) {
+    var results = new Array(items.length), next = 0;
+    function worker() {
+      if (next >= items.length) return Promise.resolve();
+      var i = next++;
+      return fn(items[i]).then(function (r) { results[i] = r; return worker(); });
+    }
+    var workers = [];
+    for (var k = 0; k < Math.min(limit, items.length); k++) workers.push(worker());
+    return Promise.all(workers).then(function () { return results; });
+  }
+
+  function noProducers(err) {
+    return err instanceof ApiError && /failed to query any nsqd/i.test(err.message);
+  }
+
+  // --- confirm dialog and actions --------------------------------------------------------------
+
+  function confirmDialog(text) {
+    var dialog = document.getElementById('confirm-dialog');
+    document.getElementById('confirm-text').textContent = text;
+    return new Promise(function (resolve) {
+      dialog.addEventListener('close', function onClose() {
+        dialog.removeEventListener('close', onClose);
+        resolve(dialog.returnValue === 'ok');
+      });
+      dialog.returnValue = '';
+      dialog.showModal();
+      document.getElementById('confirm-ok').focus();
+    });
+  }
+
+  function setFlash(kind, text) { pendingFlash = { kind: kind, text: text }; }
+
+  // ask, run the request, then re-render (or go to `after`) with the outcome as a flash message
+  function runAction(question, done, request, after) {
+    return function (ev) {
+      var button = ev && ev.currentTarget;
+      confirmDialog(question).then(function (ok) {
+        if (!ok) return;
+        if (button) button.disabled = true;
+        request().then(function (data) {
+          if (data && data.message) setFlash('warning', data.message);
+          else setFlash('success', done);
+        }, function (err) {
+          setFlash('error', (err.status === 403 ? 'Not allowed: ' : 'Failed: ') + err.message);
+        }).then(function () {
+          if (after) navigate(after); else render();
+        });
+      });
+    };
+  }
+
+  function actionButton(label, cls, question, done, request, after) {
+    return h('button', {
+      'class': 'btn ' + cls, type: 'button', 'data-action': label,
+      onclick: runAction(question, done, request, after)
+    }, label);
+  }
+
+  // --- pages ---------------------------------------------------------------------------------
+
+  function topicsPage() {
+    return api('GET', '/topics').then(function (data) {
+      var names = data.topics || [];
+      return mapLimit(names, 6, function (name) {
+        return api('GET', '/topics/' + enc(name)).catch(function (err) { return { error: err }; });
+      }).then(function (stats) {
+        var rows = names.map(function (name, i) {
+          var t = stats[i];
+          if (t.error) {
+            var note = noProducers(t.error) ? badge('no producers', 'muted') : badge(t.error.message, 'danger');
+            return h('tr', null, h('td', null, link('/topics/' + enc(name), name), note),
+              td(''), td(''), td(''), td(''), td(''), td(''));
+          }
+          return h('tr', { 'data-topic': name },
+            h('td', null, link('/topics/' + enc(name), name), t.paused ? badge('paused', 'paused') : null),
+            td(fmt(t.depth), true),
+            td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
+            td(fmt(sum(t.channels, 'in_flight_count')), true),
+            td(fmt(t.message_count), true),
+            td(fmt((t.channels || []).length), true),
+            td(fmt((t.nodes || []).length), true));
+        });
+        return [
+          h('h1', null, 'Topics'),
+          warning(data),
+          names.length ? table(['Topic', '#Depth', '#Memory + Disk', '#In-Flight', '#Messages',
+            '#Channels', '#Nodes'], rows)
+            : alertBox('info', 'No topics yet. Topics appear once a producer publishes to nsqd.')
+        ];
+      });
+    });
+  }
+
+  function topicActions(t) {
+    if (!CONFIG.isAdmin) return null;
+    var name = t.topic_name, path = '/topics/' + enc(name);
+    var pause = t.paused
+      ? actionButton('UnPause Topic', 'btn-success', 'Are you sure you want to unpause topic "' + name + '"?',
+        'Topic unpaused.', function () { return api('POST', path, { action: 'unpause' }); })
+      : actionButton('Pause Topic', 'btn-primary', 'Are you sure you want to pause topic "' + name + '"?',
+        'Topic paused.', function () { return api('POST', path, { action: 'pause' }); });
+    return h('div', { 'class': 'actions' },
+      actionButton('Empty Queue', 'btn-warning', 'Are you sure you want to empty topic "' + name + '"?',
+        'Topic emptied.', function () { return api('POST', path, { action: 'empty' }); }),
+      actionButton('Delete Topic', 'btn-danger', 'Are you sure you want to delete topic "' + name + '"?',
+        'Topic "' + name + '" deleted.', function () { return api('DELETE', path); }, '/'),
+      pause);
+  }
+
+  function topicPage(topic) {
+    var head = [crumbs(link('/', 'Streams'), topic),
+      h('h1', null, h('span', { 'class': 'kind' }, 'Topic: '), topic)];
+    return api('GET', '/topics/' + enc(topic)).then(function (t) {
+      if (t.paused) head[1].appendChild(badge('paused', 'paused'));
+      var tombstone = CONFIG.isAdmin && CONFIG.nsqlookupd.length;
+      var nodeRows = (t.nodes || []).map(function (n) {
+        return h('tr', { 'data-node': n.node },
+          h('td', null,
+            tombstone ? h('button', {
+              'class': 'btn-link', type: 'button', title: 'tombstone this node for the topic',
+              onclick: runAction('Tombstone ' + n.node + ' for topic "' + topic + '" (and delete the topic there)?',
+                'Node tombstoned.', function () { return api('DELETE', '/nodes/' + enc(n.node), { topic: topic }); })
+            }, '✘') : null,
+            link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
+            n.paused ? badge('paused', 'paused') : null),
+          td(fmt(n.depth), true),
+          td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
+          td(fmt(n.message_count), true),
+          td(fmt((n.channels || []).length), true));
+      });
+      nodeRows.push(h('tr', { 'class': 'total' }, td('Total'), td(fmt(t.depth), true),
+        td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true), td(fmt(t.message_count), true),
+        td(fmt((t.channels || []).length), true)));
+      var channels = t.channels || [];
+      var chanRows = channels.map(function (c) {
+        return h('tr', { 'data-channel': c.channel_name },
+          h('td', null, link('/topics/' + enc(topic) + '/' + enc(c.channel_name), c.channel_name),
+            c.paused ? badge('paused', 'paused') : null),
+          td(fmt(c.depth), true),
+          td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
+          td(fmt(c.in_flight_count), true), td(fmt(c.deferred_count), true),
+          td(fmt(c.requeue_count), true), td(fmt(c.timeout_count), true),
+          td(fmt(c.message_count), true), td(fmt(c.client_count), true));
+      });
+      return head.concat([
+        warning(t),
+        topicActions(t),
+        h('h2', null, 'Topic Message Queue'),
+        table(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels'], nodeRows),
+        h('h2', null, 'Channel Message Queues'),
+        channels.length
+          ? table(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred', '#Requeued',
+            '#Timed Out', '#Messages', '#Connections'], chanRows)
+          : alertBox('info', 'No channels exist for this topic. Messages will queue at the topic until a channel is created.')
+      ]);
+    }, function (err) {
+      if (!noProducers(err)) throw err;
+      return head.concat([alertBox('warning', 'No producers exist for this topic. '),
+        h('p', null, 'See ', link('/lookup', 'Lookup'), ' for topics known to nsqlookupd without producers.')]);
+    });
+  }
+
+  function channelActions(c) {
+    if (!CONFIG.isAdmin) return null;
+    var topic = c.topic_name, name = c.channel_name;
+    var path = '/topics/' + enc(topic) + '/' + enc(name), what = 'channel "' + topic + ':' + name + '"';
+    var pause = c.paused
+      ? actionButton('UnPause Channel', 'btn-success', 'Are you sure you want to unpause ' + what + '?',
+        'Channel unpaused.', function () { return api('POST', path, { action: 'unpause' }); })
+      : actionButton('Pause Channel', 'btn-primary', 'Are you sure you want to pause ' + what + '?',
+        'Channel paused.', function () { return api('POST', path, { action: 'pause' }); });
+    return h('div', { 'class': 'actions' },
+      actionButton('Empty Queue', 'btn-warning', 'Are you sure you want to empty ' + what + '?',
+        'Channel emptied.', function () { return api('POST', path, { action: 'empty' }); }),
+      actionButton('Delete Channel', 'btn-danger', 'Are you sure you want to delete ' + what + '?',
+        'Channel "' + name + '" deleted.', function () { return api('DELETE', path); },
+        '/topics/' + enc(topic)),
+      pause);
+  }
+
+  function channelPage(topic, channel) {
+    return api('GET', '/topics/' + enc(topic) + '/' + enc(channel)).then(function (c) {
+      var title = h('h1', null, h('span', { 'class': 'kind' }, 'Channel: '), topic + ' / ' + channel,
+        c.paused ? badge('paused', 'paused') : null);
+      var rows = (c.nodes || []).map(function (n) {
+        return h('tr', { 'data-node': n.node },
+          h('td', null, link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
+            n.paused ? badge('paused', 'paused') : null),
+          td(fmt(n.depth), true), td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
+          td(fmt(n.in_flight_count), true), td(fmt(n.deferred_count), true),
+          td(fmt(n.requeue_count), true), td(fmt(n.timeout_count), true),
+          td(fmt(n.message_count), true), td(fmt(n.client_count), true));
+      });
+      rows.push(h('tr', { 'class': 'total' }, td('Total'), td(fmt(c.depth), true),
+        td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
+        td(fmt(c.in_flight_count), true), td(fmt(c.deferred_count), true),
+        td(fmt(c.requeue_count), true), td(fmt(c.timeout_count), true),
+        td(fmt(c.message_count), true), td(fmt(c.client_count), true)));
+      var clients = c.clients || [];
+      var clientRows = clients.map(function (cl) {
+        var attrs = [];
+        if (cl.tls) attrs.push(badge('TLS ' + (cl.tls_version || ''), 'warn'));
+        if (cl.deflate) attrs.push(badge('deflate'));
+        if (cl.snappy) attrs.push(badge('snappy'));
+        if (cl.sample_rate > 0) attrs.push(badge('sampled ' + cl.sample_rate + '%'));
+        if (cl.authed) attrs.push(badge('authed' + (cl.auth_identity ? ': ' + cl.auth_identity : '')));
+        if (cl.topology_zone) attrs.push(badge('zone ' + cl.topology_zone));
+        return h('tr', null,
+          td(cl.hostname + ' (' + cl.remote_address + ')'), td(cl.user_agent || cl.version),
+          h('td', null, attrs), td(link('/nodes/' + enc(cl.node), cl.node)),
+          td(fmt(cl.in_flight_count), true), td(fmt(cl.ready_count), true),
+          td(fmt(cl.finish_count), true), td(fmt(cl.requeue_count), true),
+          td(fmt(cl.message_count), true), td(duration(cl.connected), true));
+      });
+      return [
+        crumbs(link('/', 'Streams'), link('/topics/' + enc(topic), topic), channel),
+        title, warning(c), channelActions(c),
+        h('h2', null, 'Channel Message Queue'),
+        table(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred', '#Requeued',
+          '#Timed Out', '#Messages', '#Connections'], rows),
+        h('h2', null, 'Client Connections'),
+        clients.length
+          ? table(['Client Host', 'User-Agent', 'Attributes', 'NSQd Host', '#In-Flight', '#Ready Count',
+            '#Finished', '#Requeued', '#Messages', '#Connected'], clientRows)
+          : alertBox('info', 'No clients are connected to this channel.')
+      ];
+    });
+  }
+
+  function nodeAddress(n) {
+    var host = n.broadcast_address.indexOf(':') >= 0 ? '[' + n.broadcast_address + ']' : n.broadcast_address;
+    return host + ':' + n.http_port;
+  }
+
+  function nodesPage() {
+    return api('GET', '/nodes').then(function (data) {
+      var nodes = data.nodes || [];
+      var lookupds = CONFIG.nsqlookupd.length;
+      var rows = nodes.map(function (n) {
+        var addr = nodeAddress(n);
+        var conns = n.remote_addresses || [];
+        var topics = (n.topics || []).map(function (t) {
+          return [link('/topics/' + enc(t.topic), t.topic), t.tombstoned ? badge('tombstoned', 'danger') : null, ' '];
+        });
+        return h('tr', { 'data-node': addr },
+          h('td', null, link('/nodes/' + enc(addr), n.hostname)),
+          td(n.broadcast_address), td(n.tcp_port, true), td(n.http_port, true),
+          h('td', null, n.version, n.out_of_date ? badge('out of date', 'warn') : null),
+          lookupds ? h('td', { 'class': 'num' }, conns.length,
+            conns.length !== lookupds ? badge('inconsistent', 'warn') : null) : null,
+          h('td', { 'class': 'wrap' }, topics));
+      });
+      var headers = ['Hostname', 'Broadcast Address', '#TCP Port', '#HTTP Port', 'Version'];
+      if (lookupds) headers.push('#Lookupd Conns');
+      headers.push('Topics');
+      return [h('h1', null, 'NSQd Nodes (' + nodes.length + ')'), warning(data),
+        nodes.length ? table(headers, rows) : alertBox('info', 'No nsqd nodes are registered.')];
+    });
+  }
+
+  function nodePage(node) {
+    return api('GET', '/nodes/' + enc(node)).then(function (data) {
+      var topics = data.topics || [];
+      var rows = [];
+      topics.forEach(function (t) {
+        rows.push(h('tr', { 'data-topic': t.topic_name },
+          h('td', null, link('/topics/' + enc(t.topic_name), t.topic_name), t.paused ? badge('paused', 'paused') : null),
+          td(fmt(t.depth), true), td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
+          td(''), td(fmt(t.message_count), true), td(''), td(fmt((t.channels || []).length) + ' channels')));
+        (t.channels || []).forEach(function (c) {
+          rows.push(h('tr', { 'class': 'sub' },
+            h('td', null, link('/topics/' + enc(t.topic_name) + '/' + enc(c.channel_name), c.channel_name),
+              c.paused ? badge('paused', 'paused') : null),
+            td(fmt(c.depth), true), td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
+            td(fmt(c.in_flight_count), true), td(fmt(c.message_count), true),
+            td(fmt((c.clients || []).length), true), td('')));
+        });
+      });
+      return [
+        crumbs(link('/nodes', 'Nodes'), node),
+        h('h1', null, h('span', { 'class': 'kind' }, 'Node: '), node), warning(data),
+        h('div', { 'class': 'summary' },
+          h('div', null, h('strong', null, fmt(topics.length)), 'topics'),
+          h('div', null, h('strong', null, fmt(data.total_messages)), 'messages'),
+          h('div', null, h('strong', null, fmt(data.total_clients)), 'clients')),
+        topics.length ? table(['Topic / Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Messages',
+          '#Clients', ''], rows) : alertBox('info', 'This node has no topics.')
+      ];
+    });
+  }
+
+  function lookupPage() {
+    if (!CONFIG.nsqlookupd.length) {
+      return Promise.resolve([h('h1', null, 'Lookup'),
+        alertBox('info', 'nsqadmin is not configured with --lookupd-http-address.')]);
+    }
+    return api('GET', '/topics?inactive=true').then(function (data) {
+      var inactive = data.topics || {};
+      var names = Object.keys(inactive).sort();
+      var rows = names.map(function (name) {
+        var chans = (inactive[name] || []).map(function (c) {
+          return h('span', { 'class': 'chip' }, CONFIG.isAdmin ? h('button', {
+            'class': 'btn-link', type: 'button', title: 'delete channel',
+            onclick: runAction('Delete channel "' + name + ':' + c + '"?', 'Channel deleted.',
+              function () { return api('DELETE', '/topics/' + enc(name) + '/' + enc(c)); })
+          }, '✘') : null, c);
+        });
+        return h('tr', null,
+          h('td', null, CONFIG.isAdmin ? h('button', {
+            'class': 'btn-link', type: 'button', title: 'delete topic',
+            onclick: runAction('Delete topic "' + name + '"?', 'Topic deleted.',
+              function () { return api('DELETE', '/topics/' + enc(name)); })
+          }, '✘') : null, link('/topics/' + enc(name), name)),
+          h('td', { 'class': 'wrap' }, chans));
+      });
+      var out = [h('h1', null, 'Lookup'),
+        h('p', null, 'nsqlookupd: ' + CONFIG.nsqlookupd.join(', ')), warning(data),
+        h('h2', null, 'Inactive Topics'),
+        names.length ? table(['Topic', 'Channels'], rows)
+          : alertBox('info', 'Every topic known to nsqlookupd has producers.')];
+      if (CONFIG.isAdmin) {
+        var topicInput = h('input', { name: 'topic', required: true, placeholder: 'topic name' });
+        var channelInput = h('input', { name: 'channel', placeholder: 'optional' });
+        out.push(h('h2', null, 'Create Topic/Channel'),
+          h('p', null, 'Creates the topic (and channel) in nsqlookupd so consumers can find it ' +
+            'before any producer publishes; the channel is also created on nsqd already producing the topic.'),
+          h('form', {
+            'class': 'inline', onsubmit: function (ev) {
+              ev.preventDefault();
+              var body = { topic: topicInput.value.trim(), channel: channelInput.value.trim() };
+              api('POST', '/topics', body).then(function (res) {
+                setFlash(res.message ? 'warning' : 'success', res.message || 'Created "' + body.topic + '".');
+              }, function (err) { setFlash('error', 'Failed: ' + err.message); }).then(render);
+            }
+          }, h('label', null, 'Topic', topicInput), h('label', null, 'Channel', channelInput),
+          h('button', { 'class': 'btn btn-primary', type: 'submit' }, 'Create')));
+      }
+      return out;
+    });
+  }
+
+  function counterPage() {
+    var value = h('div', { 'class': 'value' }, '…');
+    var rate = h('div', { 'class': 'label' }, '');
+    var last = null;
+    function tick() {
+      return api('GET', '/counter').then(function (data) {
+        var total = 0;
+        Object.keys(data.stats || {}).forEach(function (k) { total += data.stats[k].message_count; });
+        var now = Date.now();
+        if (last && now > last.t) rate.textContent = fmt(Math.round((total - last.total) * 1000 / (now - last.t))) + ' msgs/sec';
+        last = { t: now, total: total };
+        value.textContent = fmt(total);
+      }, function (err) { rate.textContent = err.message; });
+    }
+    return tick().then(function () {
+      timers.push(setInterval(tick, 3000));
+      return [h('div', { 'class': 'counter' }, value,
+        h('div', { 'class': 'label' }, 'messages processed (sum over channels)'), rate)];
+    });
+  }
+
+  // --- routing ---------------------------------------------------------------------------------
+
+  var ROUTES = [
+    [/^\/(?:topics\/?)?$/, topicsPage, 'topics'],
+    [/^\/topics\/([^/]+)$/, topicPage, 'topics'],
+    [/^\/topics\/([^/]+)\/([^/]+)$/, channelPage, 'topics'],
+    [/^\/nodes\/?$/, nodesPage, 'nodes'],
+    [/^\/nodes\/([^/]+)$/, nodePage, 'nodes'],
+    [/^\/lookup$/, lookupPage, 'lookup'],
+    [/^\/counter$/, counterPage, 'counter']
+  ];
+
+  function currentPath() {
+    var p = location.pathname;
+    if (BASE && p.indexOf(BASE) === 0) p = p.slice(BASE.length);
+    return p || '/';
+  }
+
+  function navigate(path) {
+    history.pushState(null, '', url(path));
+    render();
+  }
+
+  function render() {
+    var seq = ++renderSeq;
+    timers.forEach(clearInterval);
+    timers = [];
+    flashBox.replaceChildren(pendingFlash ? alertBox(pendingFlash.kind, pendingFlash.text) : '');
+    pendingFlash = null;
+    var path = currentPath(), route = null, args = [];
+    for (var i = 0; i < ROUTES.length; i++) {
+      var m = ROUTES[i][0].exec(path);
+      if (m) {
+        route = ROUTES[i];
+        args = m.slice(1);
+        break;
+      }
+    }
+    document.querySelectorAll('.topbar nav a').forEach(function (a) {
+      a.classList.toggle('active', !!route && a.getAttribute('data-nav') === route[2]);
+    });
+    if (!route) {
+      app.replaceChildren(alertBox('error', 'Page not found: ' + path));
+      return;
+    }
+    args = args.map(decodeURIComponent);
+    app.replaceChildren(h('p', { 'class': 'loading' }, 'Loading…'));
+    route[1].apply(null, args).then(function (nodes) {
+      if (seq !== renderSeq) return;
+      app.replaceChildren();
+      append(app, nodes);
+      document.title = 'nsqadmin - ' + (args.join(' / ') || route[2]);
+    }, function (err) {
+      if (seq !== renderSeq) return;
+      app.replaceChildren(alertBox('error', (err && err.message) || String(err)));
+    });
+  }
+
+  document.addEventListener('click', function (ev) {
+    var a = ev.target.closest && ev.target.closest('a[data-link]');
+    if (!a || ev.button !== 0 || ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.altKey) return;
+    ev.preventDefault();
+    navigate(a.getAttribute('data-path'));
+  });
+  window.addEventListener('popstate', render);
+
+  document.querySelectorAll('a[data-link]').forEach(function (a) {
+    a.setAttribute('href', url(a.getAttribute('data-path')));
+  });
+  document.getElementById('version').textContent = 'v' + CONFIG.version;
+  render();
+})();
