@@ -45,13 +45,13 @@ def _go_number(value: float) -> float | int:
 _SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 
 
-def semver_key(version: str) -> tuple:
+def semver_key(version: str) -> tuple[Any, ...]:
     """Ordering key for ``blang/semver``; unparsable versions count as 0.0.0 (as upstream)."""
     m = _SEMVER.match(version or "")
     if not m:
         return (0, 0, 0, 1, ())
     pre = m.group(4)
-    pre_key: tuple = ()
+    pre_key: tuple[tuple[int, int, str], ...] = ()
     if pre:
         pre_key = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split("."))
     return (int(m.group(1)), int(m.group(2)), int(m.group(3)), 0 if pre else 1, pre_key)
@@ -72,7 +72,7 @@ class Producer:
     remote_addresses: list[str] | None = None
     topology_zone: str = ""
     topology_region: str = ""
-    topics: list[dict] | None = None  # [{"topic": name, "tombstoned": bool}]
+    topics: list[dict[str, Any]] | None = None  # [{"topic": name, "tombstoned": bool}]
     out_of_date: bool = False
 
     @property
@@ -83,7 +83,7 @@ class Producer:
     def tcp_address(self) -> str:
         return join_host_port(self.broadcast_address, self.tcp_port)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "remote_addresses": self.remote_addresses,
             "remote_address": self.remote_address,
@@ -102,7 +102,7 @@ class Producer:
         return out
 
     @classmethod
-    def from_lookupd(cls, raw: dict) -> "Producer":
+    def from_lookupd(cls, raw: dict[str, Any]) -> "Producer":
         topics = raw.get("topics") or []
         tombstones = raw.get("tombstones") or []
         return cls(
@@ -119,7 +119,7 @@ class Producer:
         )
 
     @classmethod
-    def from_nsqd_info(cls, info: dict, topic_names: list[str], addr: str) -> "Producer":
+    def from_nsqd_info(cls, info: dict[str, Any], topic_names: list[str], addr: str) -> "Producer":
         broadcast = info.get("broadcast_address", "")
         http_port = int(info.get("http_port", 0))
         hostname = info.get("hostname", "")
@@ -141,7 +141,7 @@ class Producer:
 class E2eAggregate:
     """Upstream's ``quantile.E2eProcessingLatencyAggregate``: percentiles averaged across nodes."""
 
-    def __init__(self, count: int = 0, percentiles: list[dict] | None = None, topic: str = "",
+    def __init__(self, count: int = 0, percentiles: list[dict[str, Any]] | None = None, topic: str = "",
                  channel: str = "", host: str = "") -> None:
         self.count = count
         self.percentiles = percentiles
@@ -150,7 +150,7 @@ class E2eAggregate:
         self.host = host
 
     @classmethod
-    def from_nsqd(cls, raw: dict | None) -> "E2eAggregate":
+    def from_nsqd(cls, raw: dict[str, Any] | None) -> "E2eAggregate":
         raw = raw or {}
         count = int(raw.get("count", 0))
         pcts = raw.get("percentiles")
@@ -179,7 +179,7 @@ class E2eAggregate:
                 continue
             mine["average"] += (value["average"] - mine["average"]) * value["count"] / mine["count"]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         pcts = None
         if self.percentiles is not None:
             pcts = [{k: _go_number(v) if isinstance(v, float) else v for k, v in sorted(p.items())}
@@ -188,7 +188,7 @@ class E2eAggregate:
                 "channel": self.channel, "host": self.host}
 
 
-def client_doc(raw: dict, node: str, producer: Producer, now: float) -> dict:
+def client_doc(raw: dict[str, Any], node: str, producer: Producer, now: float) -> dict[str, Any]:
     """Upstream's ``clusterinfo.ClientStats`` from one nsqd client entry."""
     connect_ts = int(raw.get("connect_ts", 0))
     out: dict[str, Any] = {
@@ -243,12 +243,12 @@ class ChannelStats:
         self.counts = dict.fromkeys(_CHANNEL_SUMS + ("delivery_msg_count",) + _LOCALITY, 0)
         self.client_count = 0
         self.nodes: list[ChannelStats] | None = None
-        self.clients: list[dict] | None = None
+        self.clients: list[dict[str, Any]] | None = None
         self.paused = False
         self.e2e: E2eAggregate | None = None
 
     @classmethod
-    def from_nsqd(cls, raw: dict, node: str, producer: Producer, topic: str,
+    def from_nsqd(cls, raw: dict[str, Any], node: str, producer: Producer, topic: str,
                   now: float) -> "ChannelStats":
         c = cls(node, producer.hostname, topic, raw.get("channel_name", ""))
         for key in ("depth", "backend_depth", "in_flight_count", "deferred_count",
@@ -281,7 +281,7 @@ class ChannelStats:
             self.clients = (self.clients or []) + other.clients
             self.clients.sort(key=lambda c: c["hostname"])
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"node": self.node, "hostname": self.hostname,
                                "topic_name": self.topic_name, "channel_name": self.channel_name}
         for key in _CHANNEL_SUMS[:3] + ("in_flight_count", "deferred_count", "requeue_count",
@@ -313,7 +313,7 @@ class TopicStats:
         self.e2e: E2eAggregate | None = None
 
     @classmethod
-    def from_nsqd(cls, raw: dict, node: str, producer: Producer, now: float) -> "TopicStats":
+    def from_nsqd(cls, raw: dict[str, Any], node: str, producer: Producer, now: float) -> "TopicStats":
         t = cls(node, producer.hostname, raw.get("topic_name", ""))
         for key in ("depth", "backend_depth", "message_count") + _LOCALITY:
             t.counts[key] = int(raw.get(key, 0))
@@ -347,7 +347,7 @@ class TopicStats:
         if other.e2e is not None:
             self.e2e.add(other.e2e)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"node": self.node, "hostname": self.hostname,
                                "topic_name": self.topic_name}
         for key in ("depth", "memory_depth", "backend_depth", "message_count",
@@ -364,9 +364,9 @@ class TopicStats:
         return out
 
 
-def sort_clients_by_node_topology(clients: list[dict]) -> list[dict]:
+def sort_clients_by_node_topology(clients: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Upstream's ``ClientStatsByNodeTopology``: by node, then same zone, same region, others."""
-    def key(c: dict) -> tuple:
+    def key(c: dict[str, Any]) -> tuple[Any, ...]:
         region, zone = c.get("node_topology_region", ""), c.get("node_topology_zone", "")
         mine_r, mine_z = c.get("topology_region", ""), c.get("topology_zone", "")
         if mine_r == region and mine_z == zone:
@@ -459,7 +459,7 @@ class ClusterInfo:
         return Result(channels or None, errors)
 
     async def lookupd_producers(self, lookupds: list[str]) -> Result:
-        async def one(addr: str) -> tuple[str, list[dict]]:
+        async def one(addr: str) -> tuple[str, list[dict[str, Any]]]:
             url = f"http://{addr}/nodes"
             self.logger.info("CI: querying nsqlookupd %s", url)
             return addr, (await self.get_v1(url)).get("producers") or []
@@ -484,7 +484,7 @@ class ClusterInfo:
         return Result(producers, errors)
 
     async def lookupd_topic_producers(self, topic: str, lookupds: list[str]) -> Result:
-        async def one(addr: str) -> list[dict]:
+        async def one(addr: str) -> list[dict[str, Any]]:
             url = f"http://{addr}/lookup?topic={qs_escape(topic)}"
             self.logger.info("CI: querying nsqlookupd %s", url)
             return (await self.get_v1(url)).get("producers") or []
@@ -556,7 +556,7 @@ class ClusterInfo:
         producers at all this fails like upstream ("failed to query any nsqd: ")."""
         now = time.time()
 
-        async def one(p: Producer) -> tuple[Producer, dict]:
+        async def one(p: Producer) -> tuple[Producer, dict[str, Any]]:
             url = f"http://{p.http_address}/stats?format=json"
             if topic:
                 url += "&topic=" + qs_escape(topic)

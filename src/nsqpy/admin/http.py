@@ -31,11 +31,12 @@ from ..common.flags import format_duration
 from ..common.log import parse_level, set_level
 from ..nsqd.stats import go_json
 from ..protocol.names import is_valid_name
-from .clusterinfo import ClusterInfo, UpstreamError, sort_clients_by_node_topology
+from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
 from .options import config_flags, config_value
 
 if TYPE_CHECKING:
     from .main import NSQAdmin
+    from .options import Options
 
 STATIC_DIR = Path(__file__).parent / "static"
 V1_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
@@ -192,7 +193,7 @@ class HTTPServer:
         self.methods = {m for m, _, _ in self.router.routes}
 
     @property
-    def opts(self):  # options can change at run time through PUT /config
+    def opts(self) -> "Options":  # options can change at run time through PUT /config
         return self.admin.opts
 
     def bp(self, p: str) -> str:
@@ -293,7 +294,7 @@ class HTTPServer:
 
     # --- pages ---------------------------------------------------------------------------------
 
-    async def index(self, request: web.Request, _: dict) -> web.Response:
+    async def index(self, request: web.Request, _: dict[str, str]) -> web.Response:
         page = self._read_asset("index.html")
         if page is None:
             raise HTTPError(500, "INTERNAL_ERROR")
@@ -311,7 +312,7 @@ class HTTPServer:
                 .replace("{{CONFIG_JSON}}", go_json(config).decode()))
         return web.Response(text=html, content_type="text/html", charset="utf-8")
 
-    async def ping(self, request: web.Request, _: dict) -> web.Response:
+    async def ping(self, request: web.Request, _: dict[str, str]) -> web.Response:
         return web.Response(text="OK")
 
     def _read_asset(self, name: str) -> bytes | None:
@@ -323,7 +324,7 @@ class HTTPServer:
         except OSError:
             return None
 
-    async def static_asset(self, request: web.Request, params: dict) -> web.Response:
+    async def static_asset(self, request: web.Request, params: dict[str, str]) -> web.Response:
         name = params["asset"]
         data = self._read_asset(name)
         if data is None:
@@ -335,7 +336,7 @@ class HTTPServer:
 
     # --- read API ------------------------------------------------------------------------------
 
-    async def topics(self, request: web.Request, _: dict) -> web.Response:
+    async def topics(self, request: web.Request, _: dict[str, str]) -> web.Response:
         messages: list[str] = []
         opts = self.opts
         try:
@@ -367,7 +368,7 @@ class HTTPServer:
                                 "message": warn_message(messages)})
         return v1_response({"topics": found.value, "message": warn_message(messages)})
 
-    async def _topic_producers(self, topic: str, messages: list[str]):
+    async def _topic_producers(self, topic: str, messages: list[str]) -> list[Producer]:
         opts = self.opts
         try:
             found = await self.ci.topic_producers(topic, opts.lookupd_http_address,
@@ -375,9 +376,10 @@ class HTTPServer:
         except UpstreamError as err:
             raise self.upstream_failed("get topic producers", err) from None
         self.partial(messages, found.errors)
-        return found.value
+        producers: list[Producer] = found.value
+        return producers
 
-    async def topic(self, request: web.Request, params: dict) -> web.Response:
+    async def topic(self, request: web.Request, params: dict[str, str]) -> web.Response:
         from .clusterinfo import TopicStats
 
         messages: list[str] = []
@@ -393,7 +395,7 @@ class HTTPServer:
             total.add(ts)
         return v1_response({**total.to_json(), "message": warn_message(messages)})
 
-    async def channel(self, request: web.Request, params: dict) -> web.Response:
+    async def channel(self, request: web.Request, params: dict[str, str]) -> web.Response:
         messages: list[str] = []
         topic, channel = params["topic"], params["channel"]
         producers = await self._topic_producers(topic, messages)
@@ -411,22 +413,23 @@ class HTTPServer:
             agg.clients = sort_clients_by_node_topology(agg.clients)
         return v1_response({**agg.to_json(), "message": warn_message(messages)})
 
-    async def _producers(self, messages: list[str], what: str):
+    async def _producers(self, messages: list[str], what: str) -> list[Producer]:
         try:
             found = await self.ci.producers(self.opts.lookupd_http_address,
                                             self.opts.nsqd_http_address)
         except UpstreamError as err:
             raise self.upstream_failed(what, err) from None
         self.partial(messages, found.errors)
-        return found.value
+        producers: list[Producer] = found.value
+        return producers
 
-    async def nodes(self, request: web.Request, _: dict) -> web.Response:
+    async def nodes(self, request: web.Request, _: dict[str, str]) -> web.Response:
         messages: list[str] = []
         producers = await self._producers(messages, "get nodes")
         return v1_response({"nodes": [p.to_json() for p in producers],
                             "message": warn_message(messages)})
 
-    async def node(self, request: web.Request, params: dict) -> web.Response:
+    async def node(self, request: web.Request, params: dict[str, str]) -> web.Response:
         messages: list[str] = []
         node = params["node"]
         producers = await self._producers(messages, "get producers")
@@ -445,7 +448,7 @@ class HTTPServer:
                             "total_messages": total_messages, "total_clients": total_clients,
                             "message": warn_message(messages)})
 
-    async def counter(self, request: web.Request, _: dict) -> web.Response:
+    async def counter(self, request: web.Request, _: dict[str, str]) -> web.Response:
         messages: list[str] = []
         producers = await self._producers(messages, "get counter producer list")
         try:
@@ -453,7 +456,7 @@ class HTTPServer:
         except UpstreamError as err:
             raise self.upstream_failed("get nsqd stats", err) from None
         self.partial(messages, stats.errors)
-        out: dict[str, dict] = {}
+        out: dict[str, dict[str, Any]] = {}
         for agg in stats.value[1].values():
             for ns in agg.nodes or ():
                 key = f"{agg.topic_name}:{agg.channel_name}:{ns.node}"
@@ -476,7 +479,7 @@ class HTTPServer:
         self.partial(messages, errors)
         return v1_response({"message": warn_message(messages)})
 
-    async def create_topic_channel(self, request: web.Request, _: dict) -> web.Response:
+    async def create_topic_channel(self, request: web.Request, _: dict[str, str]) -> web.Response:
         self.require_admin(request)
         body = await self._body(request, ("topic", "channel"))
         topic, channel = body["topic"], body["channel"]
@@ -494,10 +497,10 @@ class HTTPServer:
             self.notify("create_channel", topic, channel, "", request)
         return self._done([], errors)
 
-    async def topic_action(self, request: web.Request, params: dict) -> web.Response:
+    async def topic_action(self, request: web.Request, params: dict[str, str]) -> web.Response:
         return await self._action(request, params["topic"], "")
 
-    async def channel_action(self, request: web.Request, params: dict) -> web.Response:
+    async def channel_action(self, request: web.Request, params: dict[str, str]) -> web.Response:
         return await self._action(request, params["topic"], params["channel"])
 
     async def _action(self, request: web.Request, topic: str, channel: str) -> web.Response:
@@ -518,7 +521,7 @@ class HTTPServer:
         self.notify(f"{action}_{'channel' if channel else 'topic'}", topic, channel, "", request)
         return self._done([], errors)
 
-    async def delete_topic(self, request: web.Request, params: dict) -> web.Response:
+    async def delete_topic(self, request: web.Request, params: dict[str, str]) -> web.Response:
         self.require_admin(request)
         topic = params["topic"]
         try:
@@ -529,7 +532,7 @@ class HTTPServer:
         self.notify("delete_topic", topic, "", "", request)
         return self._done([], errors)
 
-    async def delete_channel(self, request: web.Request, params: dict) -> web.Response:
+    async def delete_channel(self, request: web.Request, params: dict[str, str]) -> web.Response:
         self.require_admin(request)
         topic, channel = params["topic"], params["channel"]
         try:
@@ -540,7 +543,7 @@ class HTTPServer:
         self.notify("delete_channel", topic, channel, "", request)
         return self._done([], errors)
 
-    async def tombstone_node_for_topic(self, request: web.Request, params: dict) -> web.Response:
+    async def tombstone_node_for_topic(self, request: web.Request, params: dict[str, str]) -> web.Response:
         self.require_admin(request)
         node = params["node"]
         try:
@@ -576,7 +579,7 @@ class HTTPServer:
         if ip not in ipaddress.ip_network(cidr, strict=False):
             raise HTTPError(403, "FORBIDDEN")
 
-    async def config(self, request: web.Request, params: dict) -> web.Response:
+    async def config(self, request: web.Request, params: dict[str, str]) -> web.Response:
         opt = params["opt"]
         self._config_allowed(request)
         opts = self.opts

@@ -11,10 +11,9 @@ import logging
 import signal
 import socket
 import sys
-from typing import Any
+from typing import Any, Coroutine
 
 import aiohttp
-import orjson
 from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION, __version__
@@ -22,6 +21,7 @@ from ..common.addr import join_host_port
 from ..common.flags import FlagError
 from ..common.log import make_logger
 from ..lookupd.main import listen_socket
+from ..nsqd.stats import go_json
 from .clusterinfo import ClusterInfo
 from .http import HTTPServer
 from .options import Options, parse_options, validate
@@ -42,7 +42,7 @@ class Notifier:
     def __init__(self, admin: "NSQAdmin") -> None:
         self.admin = admin
         self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(NOTIFY_BACKLOG)
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -59,10 +59,12 @@ class Notifier:
             if doc is None:
                 return
             endpoint = self.admin.opts.notification_http_endpoint
+            session = self.admin.session
+            assert session is not None  # created before the notifier starts
             self.admin.logger.info("POSTing notification to %s", endpoint)
             try:
-                async with self.admin.session.post(
-                        endpoint, data=orjson.dumps(doc),
+                async with session.post(
+                        endpoint, data=go_json(doc),
                         headers={"Content-Type": "application/json"}) as resp:
                     await resp.read()
             except Exception as err:
@@ -89,7 +91,7 @@ class NSQAdmin:
         self.notifier = Notifier(self)
         self._sock: socket.socket | None = None
         self._runner: web.AppRunner | None = None
-        self.session: aiohttp.ClientSession | None = None  # type: ignore[assignment]
+        self.session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
         opts = self.opts
@@ -146,12 +148,13 @@ async def serve(opts: Options) -> int:
     return 0
 
 
-def _run(coro) -> int:
+def _run(coro: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
     except ImportError:
         return asyncio.run(coro)
-    return uvloop.run(coro)
+    result: int = uvloop.run(coro)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

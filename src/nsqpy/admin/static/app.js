@@ -193,7 +193,7 @@
           return h('tr', { 'data-topic': name },
             h('td', null, link('/topics/' + enc(name), name), t.paused ? badge('paused', 'paused') : null),
             td(fmt(t.depth), true),
-            td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
+            td(fmt(sum(t.channels, 'depth')), true),
             td(fmt(sum(t.channels, 'in_flight_count')), true),
             td(fmt(t.message_count), true),
             td(fmt((t.channels || []).length), true),
@@ -202,7 +202,7 @@
         return [
           h('h1', null, 'Topics'),
           warning(data),
-          names.length ? table(['Topic', '#Depth', '#Memory + Disk', '#In-Flight', '#Messages',
+          names.length ? table(['Topic', '#Topic Depth', '#Channel Depth', '#In-Flight', '#Messages',
             '#Channels', '#Nodes'], rows)
             : alertBox('info', 'No topics yet. Topics appear once a producer publishes to nsqd.')
         ];
