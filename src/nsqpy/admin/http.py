@@ -585,7 +585,12 @@ class HTTPServer:
         opts = self.opts
         if request.method == "PUT":
             read_max = 1024 * 1024 + 1
-            body = await request.content.read(read_max)
+            body = b""
+            while len(body) < read_max:
+                chunk = await request.content.read(read_max - len(body))
+                if not chunk:
+                    break
+                body += chunk
             if len(body) == read_max or not body:
                 raise HTTPError(413, "INVALID_VALUE")
             if opt == "nsqlookupd_http_addresses":

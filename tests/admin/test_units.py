@@ -1,0 +1,82 @@
+"""nsqadmin's pure helpers: body decoding, base path, e2e aggregation, semver, producers."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsqpy.admin.clusterinfo import E2eAggregate, Producer, qs_escape, semver_key
+from nsqpy.admin.http import decode_body, warn_message
+from nsqpy.admin.options import normalize_base_path, parse_options
+
+pytestmark = pytest.mark.timeout(10)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (b'{"action":"pause"}', {"action": "pause"}),
+    (b'  {"action":"empty"} trailing', {"action": "empty"}),  # Go's Decoder reads one value
+    (b"null", {"action": ""}),
+    (b'{"Action":"pause"}', {"action": "pause"}),  # struct tags match case-insensitively
+    (b"{}", {"action": ""}),
+])
+def test_decode_body(raw, expected):
+    assert decode_body(raw, ("action",)) == expected
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"", "EOF"),
+    (b"   ", "EOF"),
+    (b"x", "invalid character 'x' looking for beginning of value"),
+    (b'{"action":', "unexpected EOF"),
+    (b"[]", "json: cannot unmarshal array into Go value of type struct"),
+    (b'{"action":1}', "json: cannot unmarshal number into Go struct field .action of type string"),
+])
+def test_decode_body_errors(raw, message):
+    with pytest.raises(ValueError, match="^" + message.replace("[", r"\[").replace(".", r"\.") + "$"):
+        decode_body(raw, ("action",))
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("", "/"), ("/", "/"), ("admin", "/admin"), ("/admin/", "/admin"), ("//a/./b/../c", "/a/c"),
+])
+def test_normalize_base_path(given, expected):
+    assert normalize_base_path(given) == expected
+
+
+def test_options_defaults_and_config_keys(tmp_path):
+    opts = parse_options([])
+    assert opts.http_address == "0.0.0.0:4171" and opts.log_prefix == "[nsqadmin] "
+    assert opts.acl_http_header == "X-Forwarded-User"
+    assert opts.allow_config_from_cidr == "127.0.0.1/8"
+    assert (opts.http_client_connect_timeout, opts.http_client_request_timeout) == (2.0, 5.0)
+    cfg = tmp_path / "nsqadmin.cfg"
+    cfg.write_text('nsqlookupd_http_addresses = ["a:4161", "b:4161"]\nadmin_users = ["alice"]\n')
+    opts = parse_options([f"--config={cfg}", "--lookupd-http-address=c:4161"])
+    assert opts.lookupd_http_address == ["c:4161"]  # the command line wins
+    assert opts.admin_user == ["alice"]
+
+
+def test_e2e_aggregate_averages_by_count():
+    a = E2eAggregate.from_nsqd({"count": 1, "percentiles": [{"quantile": 0.99, "value": 100.0}]})
+    b = E2eAggregate.from_nsqd({"count": 3, "percentiles": [{"quantile": 0.99, "value": 200.0}]})
+    total = E2eAggregate(topic="t", host="x")
+    total.add(a)
+    total.add(b)
+    doc = total.to_json()
+    assert doc["count"] == 4 and doc["host"] == "*" and doc["topic"] == "t"
+    [p] = doc["percentiles"]
+    assert p == {"average": 175, "count": 4, "max": 200, "min": 100, "quantile": 0.99}
+    assert E2eAggregate.from_nsqd({"count": 0, "percentiles": None}).to_json()["percentiles"] is None
+
+
+def test_semver_and_producer_addresses():
+    assert semver_key("1.3.0") > semver_key("1.2.1") > semver_key("1.2.1-alpha") > semver_key("junk")
+    p = Producer.from_lookupd({"broadcast_address": "::1", "http_port": 4151, "tcp_port": 4150,
+                               "topics": ["a", "b"], "tombstones": [False, True]})
+    assert p.http_address == "[::1]:4151" and p.tcp_address == "[::1]:4150"
+    assert p.topics == [{"topic": "a", "tombstoned": False}, {"topic": "b", "tombstoned": True}]
+    assert qs_escape("a b&c/d") == "a+b%26c%2Fd"
+
+
+def test_warn_message():
+    assert warn_message([]) == ""
+    assert warn_message(["x\ny", "z"]) == "WARNING: x\ny; z"
