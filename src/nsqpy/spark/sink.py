@@ -11,9 +11,9 @@ Delivery is at-least-once: a retried task or a replayed micro-batch publishes ag
 has no transactions. Put a key in the body if consumers must deduplicate (see docs/spark.md).
 
 The writers get Arrow record batches (``DataSourceArrowWriter`` /
-``DataSourceStreamArrowWriter``), which skips PySpark's per-row ``Row`` objects. The connections
-live on one I/O thread per executor Python process, created on first use and kept for the next
-tasks that process runs (PySpark reuses its workers); nothing live is ever pickled.
+``DataSourceStreamArrowWriter``), which skips PySpark's per-row ``Row`` objects. Each task opens
+its connections on one I/O thread per executor Python process (created on first use, reused by
+the next tasks of that process) and closes them when done; nothing live is ever pickled.
 """
 
 from __future__ import annotations
@@ -111,33 +111,47 @@ class NsqCommitMessage(WriterCommitMessage):
 # --- per-process publishing ------------------------------------------------------------------
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {"pid": None, "io": None, "producers": {}}
+_state: dict[str, Any] = {"pid": None, "io": None}
 
 
-def _producer(cfg: SinkConfig) -> tuple[LoopThread, Producer]:
-    """The I/O thread and a connected Producer for these settings, shared by this process's tasks."""
+def _io_thread() -> LoopThread:
+    """One I/O thread per executor Python process (PySpark reuses workers across tasks)."""
     with _lock:
         if _state["pid"] != os.getpid():  # first use, or a forked child of a process that had one
-            _state.update(pid=os.getpid(), io=LoopThread(name="nsqpy-spark-sink"), producers={})
-        io: LoopThread = _state["io"]
-        key = repr((cfg.nsqd_tcp, sorted(cfg.connection.items())))
-        producer = _state["producers"].get(key)
-        if producer is None:
-            async def make() -> Producer:
-                return Producer(cfg.nsqd_tcp, options=connection_options(cfg.connection))
+            _state.update(pid=os.getpid(), io=LoopThread(name="nsqpy-spark-sink"))
+        return _state["io"]
 
-            producer = io.run(make())
-            _state["producers"][key] = producer
-    io.run(producer.connect(), timeout=cfg.connection["connect_timeout"] + 5)
-    return io, producer
+
+def _connect(cfg: SinkConfig) -> tuple[LoopThread, Producer]:
+    """A connected Producer for one task. Not pooled across tasks: a pooled producer would keep
+    reconnecting to an nsqd that went away after its last use; a connection costs ~1 ms."""
+    io = _io_thread()
+
+    async def make() -> Producer:
+        producer = Producer(cfg.nsqd_tcp, options=connection_options(cfg.connection))
+        try:
+            await producer.connect()
+        except BaseException:
+            await producer.close()
+            raise
+        return producer
+
+    return io, io.run(make(), timeout=cfg.connection["connect_timeout"] + 5)
 
 
 def publish_batches(cfg: SinkConfig, batches: Iterator[Any]) -> NsqCommitMessage:
     """MPUB every row of ``batches`` (Arrow record batches) and wait for every OK."""
+    io, producer = _connect(cfg)
+    try:
+        return _publish(cfg, batches, io, producer)
+    finally:
+        io.run(producer.close(), timeout=cfg.publish_timeout + 5)
+
+
+def _publish(cfg: SinkConfig, batches: Iterator[Any], io: LoopThread, producer: Producer) -> NsqCommitMessage:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    io, producer = _producer(cfg)
     window: deque[Future[None]] = deque()
     pending: dict[str, tuple[list[bytes], int]] = {}  # topic -> (bodies, bytes)
     count = mpubs = 0

@@ -1,0 +1,320 @@
+"""The whole click pipeline on local Spark, with one command::
+
+    python -m nsqpy.pipeline --events 20000
+
+1. starts nsqlookupd and nsqd (``--nsqd-nodes``, registered with it) unless
+   ``--lookupd-http-addresses`` points at a running cluster;
+2. creates topic ``clicks`` with channels ``archive``, ``metrics`` and ``spam_analysis`` (so
+   no channel misses the first events) and ``alerts`` with channel ``pipeline_check``;
+3. starts the three streaming queries (jobs.py) in one local SparkSession;
+4. publishes the synthetic click stream (events.py) while they run;
+5. waits until every channel is drained (depth 0 and nothing in flight: every message was
+   committed by Spark and FINished), recomputes the metrics and the spam alerts from the
+   archive with a batch job, and waits until the streaming Parquet agrees with it;
+6. reads the alerts back from NSQ, compares them with the batch result, prints a report
+   and exits 0 only if everything agrees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .events import ClickStream
+from .jobs import PipelineConfig, add_common_args, archive_query, batch_spam, compare_metrics, config_from_args, metrics_query, spam_query
+from .producer import lookupd_nodes, publish_clicks
+
+CHANNELS = ("archive", "metrics", "spam_analysis")
+CHECK_CHANNEL = "pipeline_check"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer")
+
+
+class LocalCluster:
+    """nsqlookupd + ``nodes`` nsqd as subprocesses on free loopback ports, stopped by PID."""
+
+    def __init__(self, root: Path, nodes: int = 1) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.root = root
+        bindir = Path(sys.executable).parent
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            ltcp, lhttp = _free_port(), _free_port()
+            self._start([str(bindir / "nsqlookupd"), f"--tcp-address=127.0.0.1:{ltcp}",
+                         f"--http-address=127.0.0.1:{lhttp}", "--broadcast-address=127.0.0.1"],
+                        f"http://127.0.0.1:{lhttp}/ping", root / "nsqlookupd.log")
+            self.lookupd_http = f"127.0.0.1:{lhttp}"
+            self.nsqd: list[tuple[str, str]] = []
+            for i in range(nodes):
+                tcp, http = _free_port(), _free_port()
+                data = root / f"nsqd{i}"
+                data.mkdir(exist_ok=True)
+                self._start([str(bindir / "nsqd"), f"--tcp-address=127.0.0.1:{tcp}",
+                             f"--http-address=127.0.0.1:{http}", f"--data-path={data}",
+                             "--broadcast-address=127.0.0.1", f"--lookupd-tcp-address=127.0.0.1:{ltcp}"],
+                            f"http://127.0.0.1:{http}/ping", root / f"nsqd{i}.log")
+                self.nsqd.append((f"127.0.0.1:{tcp}", f"127.0.0.1:{http}"))
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, argv: list[str], health: str, log: Path) -> None:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        _wait_http(health, proc)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+
+
+def _post(http: str, path: str) -> None:
+    req = urllib.request.Request(f"http://{http}{path}", data=b"", method="POST")
+    urllib.request.urlopen(req, timeout=10).read()
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return orjson.loads(resp.read())
+
+
+def prepare_topics(nsqd_http: list[str], cfg: PipelineConfig) -> None:
+    for http in nsqd_http:
+        _post(http, f"/topic/create?topic={cfg.topic}")
+        for ch in CHANNELS:
+            _post(http, f"/channel/create?topic={cfg.topic}&channel={ch}")
+        _post(http, f"/topic/create?topic={cfg.alerts_topic}")
+        _post(http, f"/channel/create?topic={cfg.alerts_topic}&channel={CHECK_CHANNEL}")
+
+
+def channel_backlog(nsqd_http: list[str], topic: str, channels: tuple[str, ...]) -> dict[str, int]:
+    """depth + in flight + deferred per channel, summed over nodes."""
+    out = dict.fromkeys(channels, 0)
+    for http in nsqd_http:
+        for t in _get_json(f"http://{http}/stats?format=json&topic={topic}").get("topics") or ():
+            for c in t.get("channels") or ():
+                if c["channel_name"] in out:
+                    out[c["channel_name"]] += c["depth"] + c["in_flight_count"] + c["deferred_count"]
+    return out
+
+
+def read_alerts(nsqd_tcp: list[str], topic: str, idle: float = 2.0) -> list[dict]:
+    """Everything on ``topic``/pipeline_check until ``idle`` seconds pass without a message."""
+    import asyncio
+
+    from nsqpy.client import Consumer
+
+    alerts: list[dict] = []
+
+    async def main() -> None:
+        last = [time.monotonic()]
+
+        def handle(msg: Any) -> None:
+            alerts.append(orjson.loads(msg.body))
+            last[0] = time.monotonic()
+
+        async with Consumer(topic, CHECK_CHANNEL, handle, nsqd_tcp_addresses=nsqd_tcp, max_in_flight=1000):
+            while time.monotonic() - last[0] < idle:
+                await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    return alerts
+
+
+def _log(msg: str) -> None:
+    print(f"[pipeline {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_pipeline(
+    cfg: PipelineConfig,
+    events: int,
+    *,
+    spark: Any = None,
+    nsqd_nodes: int = 1,
+    rate: float = 0.0,
+    seed: int = 7,
+    timeout: float = 600.0,
+) -> dict[str, Any]:
+    """Run everything (see the module docstring); returns the report (``report["ok"]``)."""
+    cluster = None
+    own_spark = spark is None
+    queries: list[Any] = []
+    started = time.monotonic()
+    deadline = started + timeout
+    try:
+        if not cfg.lookupd_http and not cfg.nsqd_tcp:
+            cluster = LocalCluster(Path(cfg.out) / "cluster", nsqd_nodes)
+            cfg.lookupd_http = [cluster.lookupd_http]
+            _log(f"local cluster: nsqlookupd http {cluster.lookupd_http}, nsqd {[t for t, _ in cluster.nsqd]}")
+            nodes = [{"tcp": t, "http": h} for t, h in cluster.nsqd]
+        elif cfg.nsqd_tcp:
+            nodes = [{"tcp": t, "http": h} for t, h in zip(cfg.nsqd_tcp, cfg.nsqd_http)]
+            if len(nodes) != len(cfg.nsqd_tcp):
+                raise ValueError("give one nsqd HTTP address per nsqd TCP address")
+        else:
+            nodes = lookupd_nodes(cfg.lookupd_http)
+        nsqd_tcp = [n["tcp"] for n in nodes]
+        nsqd_http = [n["http"] for n in nodes]
+        prepare_topics(nsqd_http, cfg)
+        if cluster is not None:  # wait until lookupd lists every node for the topic
+            _until(lambda: len(lookupd_nodes(cfg.lookupd_http)) >= len(nodes), deadline, "lookupd registrations")
+
+        if own_spark:
+            spark = local_spark()
+        import nsqpy.spark
+
+        nsqpy.spark.register(spark)
+        for start in (archive_query, metrics_query, spam_query):
+            queries.append(start(spark, cfg))
+        _log(f"streaming queries started: {[q.name for q in queries]}")
+
+        stream = ClickStream(events, seed=seed)
+        published: dict[str, Any] = {}
+        producer = threading.Thread(target=lambda: published.update(publish_clicks(stream, nsqd_tcp, cfg.topic, rate)))
+        producer.start()
+        producer.join(max(1.0, deadline - time.monotonic()))
+        _log(f"producer: {published}")
+
+        def drained() -> bool:
+            _check(queries)
+            return not any(channel_backlog(nsqd_http, cfg.topic, CHANNELS).values())
+
+        _until(drained, deadline, "channels archive/metrics/spam_analysis drained")
+        _log("every channel drained (all messages committed by Spark and FINished)")
+
+        result: dict[str, Any] = {}
+
+        def agree() -> bool:
+            _check(queries)
+            result.update(compare_metrics(spark, cfg))
+            return bool(result["agree"])
+
+        _until(agree, deadline, "streaming metrics to agree with the batch job", interval=2.0)
+        _log(f"metrics: streaming and batch agree ({result['stream_rows']} rows, {result['stream_clicks']} clicks)")
+
+        expected_alerts = {r.alert_id: r.asDict() for r in batch_spam(spark, cfg).collect()}
+        got: dict[str, dict] = {}
+
+        def alerts_in() -> bool:
+            _check(queries)
+            for a in read_alerts(nsqd_tcp, cfg.alerts_topic, idle=1.0):
+                got[a["alert_id"]] = a
+            return set(got) >= set(expected_alerts)
+
+        _until(alerts_in, deadline, "spam alerts on the alerts topic", interval=0.5)
+        spam_users = sorted({a["user_id"] for a in expected_alerts.values()})
+        report = {
+            "ok": result["agree"] and got == expected_alerts and stream.count == result["batch_clicks"],
+            "events": events,
+            "published": published,
+            "metrics": result,
+            "alerts": sorted(got),
+            "alerts_agree": got == expected_alerts,
+            "spam_users_detected": spam_users,
+            "spam_users_generated": stream.spam_users,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        return report
+    finally:
+        for q in queries:
+            try:
+                q.stop()
+            except Exception:
+                pass
+        if own_spark and spark is not None:
+            spark.stop()
+        if cluster is not None:
+            cluster.stop()
+
+
+def _check(queries: list[Any]) -> None:
+    for q in queries:
+        if q.exception() is not None:
+            raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+
+
+def _until(cond: Any, deadline: float, what: str, interval: float = 0.5) -> None:
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def local_spark() -> Any:
+    """local[2] with settings that suit small stateful streaming jobs."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]")).appName("nsqpy-pipeline")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nsqpy.pipeline", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=20_000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--rate", type=float, default=0.0, help="events per second (0: as fast as possible)")
+    ap.add_argument("--nsqd-nodes", type=int, default=1, help="nsqd in the local cluster")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary output directory when --out is not given")
+    add_common_args(ap)
+    ap.set_defaults(out=None)
+    args = ap.parse_args(argv)
+    tmp = None
+    if args.out is None:
+        tmp = tempfile.mkdtemp(prefix="nsqpy-pipeline-")
+        args.out = tmp
+    cfg = config_from_args(args)
+    try:
+        report = run_pipeline(cfg, args.events, nsqd_nodes=args.nsqd_nodes, rate=args.rate, seed=args.seed,
+                              timeout=args.timeout)
+    finally:
+        if tmp is not None and not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(report, indent=2, default=str))
+    return 0 if report["ok"] else 1
