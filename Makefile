@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean setup
+.PHONY: run test bench clean setup browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,13 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# Debian's Chromium for the nsqadmin UI test (Playwright drives it; no browser download).
+# Installed when missing and we may (root); otherwise that one test skips with its reason.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "chromium not installed: the nsqadmin UI test will skip"; }
+
 tests/js/node_modules/.installed: tests/js/package.json
 	cd tests/js && npm install --no-audit --no-fund --silent
 	touch $@
@@ -22,11 +29,11 @@ tests/js/node_modules/.installed: tests/js/package.json
 run: $(STAMP)
 	$(VENV)/bin/nsqpy-dev
 
-test: $(STAMP) tests/js/node_modules/.installed
+test: $(STAMP) tests/js/node_modules/.installed browser
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
-	$(PY) bench/run_all.py
+	$(PY) bench/nsqd_bench.py
 
 clean:
 	rm -rf $(VENV) tests/js/node_modules
