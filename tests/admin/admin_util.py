@@ -146,6 +146,18 @@ class Cluster:
                 resp = request(f"http://{node.http_address}{path}", "POST", b"")
                 assert resp.status == 200, resp
 
+    def wait_in_channel(self, topic: str, channel: str, counts: list[int]) -> None:
+        """Until each nsqd's channel holds its messages: nsqd hands a new topic's messages to
+        its channels only once the topic has started (after asking nsqlookupd for channels)."""
+        def arrived() -> bool:
+            for node, count in zip(self.nodes, counts):
+                stats = nsqd_stats(node, topic)
+                chans = {c["channel_name"]: c for c in (stats or {}).get("channels") or ()}
+                if channel not in chans or chans[channel]["depth"] != count:
+                    return False
+            return True
+        wait_until(arrived, what=f"messages in {topic}/{channel} on every nsqd")
+
     def wait_registered(self, topic: str) -> None:
         ports = {n.http_port for n in self.nodes}
         wait_until(lambda: lookupd_producer_ports(self.lookupd, topic) == ports,

@@ -34,6 +34,7 @@ def topic(cluster):
     cluster.publish(cluster.nodes[0], name, 3)
     cluster.publish(cluster.nodes[1], name, 5)
     cluster.wait_registered(name)
+    cluster.wait_in_channel(name, "ch", [3, 5])
     return name
 
 
@@ -81,7 +82,7 @@ def test_channel_is_aggregated_with_clients(cluster, topic):
         doc = api(cluster, f"/api/topics/{topic}/ch").json()
         assert doc["topic_name"] == topic and doc["channel_name"] == "ch"
         assert doc["in_flight_count"] == 1
-        assert doc["depth"] == 7
+        assert doc["depth"] == 7, doc
         assert doc["client_count"] == 1
         [client] = doc["clients"]
         assert client["node"] == cluster.nodes[0].http_address

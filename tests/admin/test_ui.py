@@ -67,6 +67,7 @@ def test_topics_page_then_pause_topic_and_channel(open_cluster, page, tmp_path):
     cluster.publish(cluster.nodes[0], topic, 4)
     cluster.publish(cluster.nodes[1], topic, 6)
     cluster.wait_registered(topic)
+    cluster.wait_in_channel(topic, "workers", [4, 6])
 
     # the topics list shows the topic with its depth summed over both nsqd
     page.goto(cluster.admin.url + "/")
