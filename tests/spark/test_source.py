@@ -55,9 +55,11 @@ def test_n_messages_become_n_rows_and_all_are_finished(spark, nsqd, tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_stopped_mid_stream_and_restarted_loses_nothing(spark, nsqd, tmp_path):
+def test_stopped_mid_stream_and_restarted_loses_nothing(spark, nsqd_factory, tmp_path):
     """Stop a running query while data flows, restart it on the same checkpoint: every message
-    arrives; with the dedupe recipe in the query each arrives exactly once."""
+    arrives; with the dedupe recipe in the query each arrives exactly once. nsqd caps RDY at 200
+    (IDENTIFY's max_rdy_count), so the 500 messages in flight take 3 connections."""
+    nsqd = nsqd_factory("--max-rdy-count=200")
     topic = unique_name("restart")
     n_first, n_more = 2000, 2000
     create_channel(nsqd.http_address, topic, "spark")
@@ -80,6 +82,7 @@ def test_stopped_mid_stream_and_restarted_loses_nothing(spark, nsqd, tmp_path):
     publisher = threading.Thread(target=publish_more)
     publisher.start()
     wait_until(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 1500, 60, what="first rows")
+    assert channel_stats(nsqd.http_address, topic, "spark")["client_count"] == 3
     query.stop()
     publisher.join()
     ch = channel_stats(nsqd.http_address, topic, "spark")
@@ -96,7 +99,8 @@ def test_stopped_mid_stream_and_restarted_loses_nothing(spark, nsqd, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_slow_sink_longer_than_msg_timeout_causes_no_redelivery(spark, nsqd, tmp_path):
-    """Batches take 2.5 s with a 1 s msg timeout: TOUCH keeps every held message ours."""
+    """Batches take 2.5 s with a 1 s msg timeout: TOUCH keeps every held message ours, and the
+    I/O thread answers nsqd's 1 s heartbeats (two missed ones and nsqd drops the connection)."""
     topic = unique_name("slow")
     n = 600
     create_channel(nsqd.http_address, topic, "spark")
@@ -109,7 +113,8 @@ def test_slow_sink_longer_than_msg_timeout_causes_no_redelivery(spark, nsqd, tmp
         seen.extend((r.id, r.attempts) for r in rows)
 
     query = (
-        nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=200, msgTimeoutMs=1000, touchIntervalMs=250)
+        nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=200, msgTimeoutMs=1000, touchIntervalMs=250,
+                   heartbeatIntervalMs=1000)
         .writeStream.foreachBatch(slow_sink)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .trigger(availableNow=True)
@@ -215,3 +220,42 @@ def test_options_are_checked_where_the_query_is_defined(spark):
         with pytest.raises((PySparkException, Py4JJavaError, ValueError)):
             df = spark.readStream.format("nsq").options(**options).load()
             df.writeStream.format("noop").start().stop()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("compression", ["snappy", "deflate"])
+def test_compressed_connections_both_ways(spark, nsqd, tmp_path, compression):
+    from spark.nsq_spark_util import drain
+
+    topic, copy = unique_name("z"), unique_name("zcopy")
+    create_channel(nsqd.http_address, topic, "spark")
+    create_channel(nsqd.http_address, copy, "verify")
+    bodies = publish_n(nsqd.tcp_address, topic, 1000, size=300)
+    query = (
+        nsq_stream(spark, topic, nsqd=nsqd, compression=compression).select("body")
+        .writeStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", copy)
+        .option("compression", compression).option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True).start()
+    )
+    assert query.awaitTermination(60)
+    assert query.exception() is None
+    assert sorted(drain(nsqd.tcp_address, copy, 1000)) == sorted(bodies)
+
+
+@pytest.mark.timeout(60)
+def test_tls_asked_for_but_not_negotiated_fails_instead_of_sending_in_clear(spark, nsqd, tmp_path):
+    """nsqpy's nsqd has no TLS: with tls=true neither the source nor the sink talks to it."""
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    topic = unique_name("tls")
+    create_channel(nsqd.http_address, topic, "spark")
+    publish_n(nsqd.tcp_address, topic, 10)
+    query = (nsq_stream(spark, topic, nsqd=nsqd, tls="true", tlsInsecureSkipVerify="true")
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    with pytest.raises(PySparkException, match="TLS"):
+        query.awaitTermination(30)
+    with pytest.raises((PySparkException, Py4JJavaError), match="TLS"):
+        (spark.createDataFrame([(b"x",)], "body binary").write.format("nsq").mode("append")
+         .option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", topic).option("tls", "true").save())
+    assert channel_stats(nsqd.http_address, topic, "spark")["depth"] == 10

@@ -131,6 +131,10 @@ def _connect(cfg: SinkConfig) -> tuple[LoopThread, Producer]:
         producer = Producer(cfg.nsqd_tcp, options=connection_options(cfg.connection))
         try:
             await producer.connect()
+            if cfg.connection["tls"]:
+                plain = [c.address for c in producer.connections if not c.identify_response.get("tls_v1")]
+                if plain:
+                    raise ConnectionError(f"nsq sink: TLS was asked for but {', '.join(plain)} did not negotiate it")
         except BaseException:
             await producer.close()
             raise

@@ -57,11 +57,13 @@ from pyspark.sql.types import (
 )
 
 from nsqpy.client import (
+    IdentifyError,
     LookupdPoller,
     LoopThread,
     Message,
     NSQConnection,
     NSQError,
+    NSQErrorResponse,
     ReconnectBackoff,
     subscribe,
 )
@@ -98,6 +100,9 @@ SOURCE_KEYS = {
     "availableNowIdleTimeoutMs", "startTimeoutMs", "reconnectIntervalMs",
 }
 MAX_CONNECTIONS_PER_NODE = 32
+#: nsqd refusals that retrying cannot fix: the query fails with them instead
+CONFIG_ERRORS = {"E_BAD_TOPIC", "E_BAD_CHANNEL", "E_INVALID", "E_BAD_BODY", "E_IDENTIFY_FAILED",
+                 "E_AUTH_FAILED", "E_AUTH_FIRST", "E_UNAUTHORIZED", "E_AUTH_DISABLED"}
 
 
 @dataclass
@@ -370,6 +375,7 @@ class _SourceRuntime:
         self.pending: dict[int, list[Message]] = {}
         self.received = 0
         self.closing = False
+        self.error: str | None = None  # a configuration error found by the I/O thread
         self.finished = False  # AvailableNow: target reached, no more messages taken
         self.available_now = False
         self.an_target: int | None = None
@@ -453,6 +459,10 @@ class _SourceRuntime:
                     host, port, cfg.topic, cfg.channel, on_message=self._on_message, options=self.copts
                 )
             except (OSError, NSQError, TimeoutError) as err:
+                if isinstance(err, IdentifyError) or (isinstance(err, NSQErrorResponse) and err.code in CONFIG_ERRORS):
+                    self._fail(f"nsq source: {node.address} refused us: {err}")
+                    node.first_attempt.set()
+                    return
                 delay = backoff.next_delay()
                 log.warning("nsq source: cannot subscribe at %s (%s); retry in %.1fs", node.address, err, delay)
                 node.first_attempt.set()
@@ -460,6 +470,11 @@ class _SourceRuntime:
                     self.lookupd_recheck.set()
                 await asyncio.sleep(delay)
                 continue
+            if self.copts.tls is not None and not conn.identify_response.get("tls_v1"):
+                conn.abort()
+                self._fail(f"nsq source: TLS was asked for but {node.address} did not negotiate it")
+                node.first_attempt.set()
+                return
             backoff.reset()
             if not node.wanted or self.closing:
                 conn.close()
@@ -482,6 +497,13 @@ class _SourceRuntime:
             if not node.direct:
                 self.lookupd_recheck.set()
             await asyncio.sleep(backoff.next_delay())
+
+    def _fail(self, reason: str) -> None:
+        """A configuration error: the next read() raises it and the query fails."""
+        log.error("%s", reason)
+        if self.error is None:
+            self.error = reason
+        self.wakeup.set()
 
     def _slots_wanted(self, conn: NSQConnection) -> int:
         if self.cfg.conns_per_node:
@@ -593,7 +615,7 @@ class _SourceRuntime:
             if buffer:
                 break
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self.error is not None:
                 return []
             self.wakeup.wait(remaining)
         out: list[Message] = []
@@ -609,6 +631,8 @@ class _SourceRuntime:
         seq = int(start.get("seq", 0))
         flush = int(start.get("flush", 0))
         while True:
+            if self.error is not None:
+                raise RuntimeError(self.error)
             if self.available_now and not self.finished:
                 self._check_available_now_done()
             timeout = 0.0 if self.finished else self.cfg.poll_timeout
