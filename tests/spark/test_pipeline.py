@@ -19,26 +19,39 @@ def expected_counts(stream: ClickStream) -> Counter:
     return clicks
 
 
+def metrics_from_parquet(spark, path: str, stream: ClickStream) -> Counter:
+    return Counter({((r.window_start.timestamp() * 1000 - stream.start_ms) // MINUTE_MS, r.url, r.user_agent): r.clicks
+                    for r in spark.read.parquet(path).collect()})
+
+
 @pytest.mark.timeout(240)
-def test_pipeline_streaming_and_batch_counts_agree(spark, tmp_path):
-    """Two nsqd behind nsqlookupd; archive, metrics and spam jobs stream while the producer
-    publishes; the batch job over the archive reproduces the streaming counts; the alerts on
-    the `alerts` topic name exactly the generated spammers."""
+def test_pipeline_with_nsq_to_file_archive_on_two_nsqd(spark, tmp_path):
+    """Two nsqd behind nsqlookupd; nsq_to_file archives channel `archive` while the metrics and
+    spam jobs stream and the producer publishes; the batch job over the archive reproduces the
+    streaming counts; the alerts on the `alerts` topic name exactly the generated spammers."""
     events = 4000
     cfg = PipelineConfig(out=str(tmp_path / "out"), trigger="1 second")
-    report = run_pipeline(cfg, events, spark=spark, nsqd_nodes=2, timeout=200)
+    report = run_pipeline(cfg, events, spark=spark, nsqd_nodes=2, timeout=200, archive="nsq_to_file")
     assert report["ok"], report
     assert report["metrics"]["stream_clicks"] == report["metrics"]["batch_clicks"] == events
     assert report["spam_users_detected"] == report["spam_users_generated"]
+    stream = ClickStream(events)  # and both equal the ground truth from the generator itself
+    assert metrics_from_parquet(spark, cfg.metrics, stream) == expected_counts(stream)
+    files = list((tmp_path / "out" / "archive").iterdir())
+    assert files and all(f.name.startswith("clicks.") for f in files)
 
-    # and both equal the ground truth computed from the generator itself
+
+@pytest.mark.timeout(200)
+def test_pipeline_with_spark_archive(spark, tmp_path):
+    """The same with the archive written by a Spark query (Parquet with the NSQ columns)."""
+    events = 2500
+    cfg = PipelineConfig(out=str(tmp_path / "out"), trigger="1 second")
+    report = run_pipeline(cfg, events, spark=spark, nsqd_nodes=1, timeout=160, archive="spark")
+    assert report["ok"], report
     stream = ClickStream(events)
-    truth = expected_counts(stream)
-    got = Counter({((r.window_start.timestamp() * 1000 - stream.start_ms) // MINUTE_MS, r.url, r.user_agent): r.clicks
-                   for r in spark.read.parquet(cfg.metrics).collect()})
-    assert got == truth
+    assert metrics_from_parquet(spark, cfg.metrics, stream) == expected_counts(stream)
     archived = spark.read.parquet(cfg.archive)
-    assert archived.select("nsqd_address").distinct().count() == 2  # both nodes delivered
+    assert archived.select("id").distinct().count() == events + events // 500 + 1  # clicks + heartbeats
 
 
 @pytest.mark.timeout(60)

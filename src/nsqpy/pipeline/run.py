@@ -6,10 +6,13 @@
    ``--lookupd-http-addresses`` points at a running cluster;
 2. creates topic ``clicks`` with channels ``archive``, ``metrics`` and ``spam_analysis`` (so
    no channel misses the first events) and ``alerts`` with channel ``pipeline_check``;
-3. starts the three streaming queries (jobs.py) in one local SparkSession;
+3. starts ``nsq_to_file`` on channel ``archive`` (or, with ``--archive spark``, a Spark query
+   writing Parquet) and the metrics and spam streaming queries (jobs.py) in one local
+   SparkSession;
 4. publishes the synthetic click stream (events.py) while they run;
 5. waits until every channel is drained (depth 0 and nothing in flight: every message was
-   committed by Spark and FINished), recomputes the metrics and the spam alerts from the
+   committed by Spark, or fsynced by nsq_to_file, and FINished), stops nsq_to_file (its
+   files are closed and moved into the archive), recomputes the metrics and the spam alerts from the
    archive with a batch job, and waits until the streaming Parquet agrees with it;
 6. reads the alerts back from NSQ, compares them with the batch result, prints a report
    and exits 0 only if everything agrees.
@@ -115,6 +118,44 @@ def _get_json(url: str) -> Any:
         return orjson.loads(resp.read())
 
 
+class NsqToFile:
+    """The ``nsq_to_file`` console script archiving channel ``archive`` as text files.
+
+    Files are written in a work directory and moved to ``cfg.archive`` when closed, so the
+    batch job only ever sees complete files; SIGTERM closes and moves the current ones."""
+
+    def __init__(self, cfg: PipelineConfig, nsqd_tcp: list[str], log: Path) -> None:
+        exe = Path(sys.executable).parent / "nsq_to_file"
+        work = Path(cfg.out) / "archive_work"
+        Path(cfg.archive).mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        argv = [str(exe), f"--topic={cfg.topic}", "--channel=archive", f"--output-dir={cfg.archive}",
+                f"--work-dir={work}", "--sync-interval=1s", "--max-in-flight=1000", "--log-level=warn"]
+        if cfg.lookupd_http:
+            argv += [f"--lookupd-http-address={a}" for a in cfg.lookupd_http]
+        else:
+            argv += [f"--nsqd-tcp-address={a}" for a in nsqd_tcp]
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"nsq_to_file exited with {self.proc.returncode}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def nsq_to_file_available() -> bool:
+    return (Path(sys.executable).parent / "nsq_to_file").exists()
+
+
 def prepare_topics(nsqd_http: list[str], cfg: PipelineConfig) -> None:
     for http in nsqd_http:
         _post(http, f"/topic/create?topic={cfg.topic}")
@@ -133,6 +174,21 @@ def channel_backlog(nsqd_http: list[str], topic: str, channels: tuple[str, ...])
                 if c["channel_name"] in out:
                     out[c["channel_name"]] += c["depth"] + c["in_flight_count"] + c["deferred_count"]
     return out
+
+
+def lookup_topic(lookupd_http: list[str], topic: str) -> set[str]:
+    """nsqd TCP addresses lookupd lists for ``topic`` (union over the lookupd)."""
+    from nsqpy.client.lookupd import ACCEPT, lookup_url, producers_from_answer
+
+    found: set[str] = set()
+    for addr in lookupd_http:
+        req = urllib.request.Request(lookup_url(addr, topic), headers={"Accept": ACCEPT})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                found |= producers_from_answer(orjson.loads(resp.read()))
+        except OSError:  # 404: not registered yet
+            pass
+    return found
 
 
 def read_alerts(nsqd_tcp: list[str], topic: str, idle: float = 2.0) -> list[dict]:
@@ -171,9 +227,17 @@ def run_pipeline(
     rate: float = 0.0,
     seed: int = 7,
     timeout: float = 600.0,
+    archive: str = "nsq_to_file",
 ) -> dict[str, Any]:
-    """Run everything (see the module docstring); returns the report (``report["ok"]``)."""
+    """Run everything (see the module docstring); returns the report (``report["ok"]``).
+
+    ``archive``: ``nsq_to_file`` (text files, the console script) or ``spark`` (a streaming
+    query writing Parquet)."""
+    if archive not in ("nsq_to_file", "spark"):
+        raise ValueError(f"archive must be nsq_to_file or spark, not {archive!r}")
+    fmt = "text" if archive == "nsq_to_file" else "parquet"
     cluster = None
+    archiver: NsqToFile | None = None
     own_spark = spark is None
     queries: list[Any] = []
     started = time.monotonic()
@@ -193,15 +257,20 @@ def run_pipeline(
         nsqd_tcp = [n["tcp"] for n in nodes]
         nsqd_http = [n["http"] for n in nodes]
         prepare_topics(nsqd_http, cfg)
-        if cluster is not None:  # wait until lookupd lists every node for the topic
-            _until(lambda: len(lookupd_nodes(cfg.lookupd_http)) >= len(nodes), deadline, "lookupd registrations")
+        if cfg.lookupd_http:  # consumers find the topic at once instead of at their next poll
+            _until(lambda: len(lookup_topic(cfg.lookupd_http, cfg.topic)) >= len(nodes), deadline,
+                   "lookupd to list the topic on every nsqd")
 
+        if archive == "nsq_to_file":
+            archiver = NsqToFile(cfg, nsqd_tcp, Path(cfg.out) / "nsq_to_file.log")
+            _log(f"nsq_to_file archiving {cfg.topic}/archive to {cfg.archive}")
         if own_spark:
             spark = local_spark()
         import nsqpy.spark
 
         nsqpy.spark.register(spark)
-        for start in (archive_query, metrics_query, spam_query):
+        jobs = (metrics_query, spam_query) if archiver is not None else (archive_query, metrics_query, spam_query)
+        for start in jobs:
             queries.append(start(spark, cfg))
         _log(f"streaming queries started: {[q.name for q in queries]}")
 
@@ -214,22 +283,26 @@ def run_pipeline(
 
         def drained() -> bool:
             _check(queries)
+            if archiver is not None:
+                archiver.check()
             return not any(channel_backlog(nsqd_http, cfg.topic, CHANNELS).values())
 
         _until(drained, deadline, "channels archive/metrics/spam_analysis drained")
-        _log("every channel drained (all messages committed by Spark and FINished)")
+        _log("every channel drained (all messages committed by Spark or synced by nsq_to_file, and FINished)")
+        if archiver is not None:
+            archiver.stop()  # closes the current files and moves them into the archive directory
 
         result: dict[str, Any] = {}
 
         def agree() -> bool:
             _check(queries)
-            result.update(compare_metrics(spark, cfg))
+            result.update(compare_metrics(spark, cfg, fmt))
             return bool(result["agree"])
 
         _until(agree, deadline, "streaming metrics to agree with the batch job", interval=2.0)
         _log(f"metrics: streaming and batch agree ({result['stream_rows']} rows, {result['stream_clicks']} clicks)")
 
-        expected_alerts = {r.alert_id: r.asDict() for r in batch_spam(spark, cfg).collect()}
+        expected_alerts = {r.alert_id: r.asDict() for r in batch_spam(spark, cfg, fmt).collect()}
         got: dict[str, dict] = {}
 
         def alerts_in() -> bool:
@@ -243,6 +316,7 @@ def run_pipeline(
         report = {
             "ok": result["agree"] and got == expected_alerts and stream.count == result["batch_clicks"],
             "events": events,
+            "archive": f"{archive} ({fmt}) in {cfg.archive}",
             "published": published,
             "metrics": result,
             "alerts": sorted(got),
@@ -253,6 +327,8 @@ def run_pipeline(
         }
         return report
     finally:
+        if archiver is not None:
+            archiver.stop()
         for q in queries:
             try:
                 q.stop()
@@ -302,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nsqd-nodes", type=int, default=1, help="nsqd in the local cluster")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--keep", action="store_true", help="keep the temporary output directory when --out is not given")
+    ap.add_argument("--archive", choices=["nsq_to_file", "spark"],
+                    default="nsq_to_file" if nsq_to_file_available() else "spark",
+                    help="who archives channel `archive`: the nsq_to_file tool (text files) or a Spark job (Parquet)")
     add_common_args(ap)
     ap.set_defaults(out=None)
     args = ap.parse_args(argv)
@@ -312,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
     try:
         report = run_pipeline(cfg, args.events, nsqd_nodes=args.nsqd_nodes, rate=args.rate, seed=args.seed,
-                              timeout=args.timeout)
+                              timeout=args.timeout, archive=args.archive)
     finally:
         if tmp is not None and not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
