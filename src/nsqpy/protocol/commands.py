@@ -97,7 +97,7 @@ def parse_int(raw: bytes) -> int:
     return value
 
 
-def _pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
+def pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
     """Checks nsqd makes before reading a body; returns the max allowed body size."""
     if name == b"PUB" or name == b"MPUB":
         cmd = name.decode()
@@ -176,9 +176,19 @@ def parse_mpub_body(body: bytes | memoryview, limits: Limits) -> list[bytes]:
 
 
 class CommandParser:
-    """Incremental V2 command parser (after the magic has been consumed)."""
+    """Incremental V2 command parser (after the magic has been consumed).
 
-    __slots__ = ("_buf", "_limits", "_pending", "_dead")
+    Two knobs serve nsqd's connection (both cost nothing per command when unused):
+
+    * ``stop_after_identify``: return right after an IDENTIFY, leaving later bytes unparsed,
+      because IDENTIFY may switch the stream to TLS or compression and those bytes then belong
+      to the new stream (:meth:`take_buffer` hands them over).
+    * ``pre_body_check``: the function that vets a body command's line before its size is read
+      (``(name, params, limits) -> max body size``). A connection that must refuse commands
+      before looking at their bodies (TLS required but not negotiated) installs its own.
+    """
+
+    __slots__ = ("_buf", "_limits", "_pending", "_dead", "stop_after_identify", "pre_body_check")
 
     def __init__(self, limits: Limits | None = None) -> None:
         self._buf = bytearray()
@@ -186,6 +196,8 @@ class CommandParser:
         # (name, params, body_size) while waiting for a body that was already size-checked
         self._pending: tuple[bytes, list[bytes], int] | None = None
         self._dead = False
+        self.stop_after_identify = False
+        self.pre_body_check = pre_body_checks
 
     def take_buffer(self) -> bytes:
         """Hand back unparsed bytes (after IDENTIFY switches the stream to compression)."""
@@ -193,6 +205,11 @@ class CommandParser:
         self._buf.clear()
         self._pending = None
         return data
+
+    @property
+    def dead(self) -> bool:
+        """A fatal error was returned; nothing more is parsed."""
+        return self._dead
 
     @property
     def buffered(self) -> int:
@@ -208,6 +225,7 @@ class CommandParser:
         pos = 0
         end = len(buf)
         limits = self._limits
+        pre_body = self.pre_body_check
         try:
             while True:
                 pending = self._pending
@@ -222,6 +240,8 @@ class CommandParser:
                         out.append((name, params, parse_mpub_body(body, limits)))
                     else:
                         out.append((name, params, body))
+                        if name == b"IDENTIFY" and self.stop_after_identify:
+                            break
                     continue
                 nl = buf.find(b"\n", pos)
                 if nl < 0:
@@ -234,7 +254,7 @@ class CommandParser:
                 params = bytes(buf[pos:line_end]).split(b" ")
                 name = params[0]
                 if name in BODY_COMMANDS:
-                    limit = _pre_body_checks(name, params, limits)
+                    limit = pre_body(name, params, limits)
                     if end - nl - 1 < 4:
                         break  # size not here yet: re-parse this line on the next feed
                     (size,) = _unpack_i32(buf, nl + 1)
