@@ -455,9 +455,10 @@ class _SourceRuntime:
         backoff = ReconnectBackoff(cfg.reconnect_interval, 30.0)
         while node.wanted and not self.closing:
             try:
-                conn = await subscribe(
-                    host, port, cfg.topic, cfg.channel, on_message=self._on_message, options=self.copts
-                )
+                async with asyncio.timeout(2 * self.copts.connect_timeout):  # connect, IDENTIFY, SUB
+                    conn = await subscribe(
+                        host, port, cfg.topic, cfg.channel, on_message=self._on_message, options=self.copts
+                    )
             except (OSError, NSQError, TimeoutError) as err:
                 if isinstance(err, IdentifyError) or (isinstance(err, NSQErrorResponse) and err.code in CONFIG_ERRORS):
                     self._fail(f"nsq source: {node.address} refused us: {err}")
@@ -557,7 +558,7 @@ class _SourceRuntime:
                 log.info("nsq source: %s left lookupd; no new messages taken there", addr)
                 node.listed = False
                 node.retiring = True
-                self._rebalance()
+        self._rebalance()  # retired nodes to RDY 0, a node listed again back to its share
 
     async def _touch_loop(self) -> None:
         """TOUCH everything delivered and not FINed, so nsqd keeps it ours however slow the batch."""
