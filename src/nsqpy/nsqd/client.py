@@ -3,6 +3,24 @@
 Commands are handled synchronously inside ``data_received`` (no Task per command or message).
 Everything written in one event-loop turn — OK responses to pipelined PUBs, message frames pushed
 by channels — is joined into a single ``transport.write`` (write coalescing).
+
+The few moments where a connection must *not* run its next command at once go through one
+"gate" (``_gate``), so the fast path pays a single ``is not None`` test for all of them:
+
+* before the 4-byte magic;
+* while a TLS handshake runs after IDENTIFY (``loop.start_tls``, 5 s deadline), and while an
+  AUTH answer, or the re-query of an expired one before a PUB/SUB, is awaited from the auth
+  server: the commands already parsed wait in ``_held`` and later bytes in ``_held_raw``, in
+  order, and reading is paused; one Task per handshake or query, none per command;
+* while a subscribed connection's writes are backed up: reading goes on (FIN/REQ must still
+  flow) until the transport buffer passes ``READ_PAUSE_BYTES``, so a consumer that floods
+  commands without reading the answers cannot grow our memory (non-subscribed connections stop
+  being read as soon as writes back up).
+
+Which commands exist in which mode is a per-connection handler table (class-level dicts):
+with ``--auth-http-address`` PUB/MPUB/DPUB check authorizations first; with TLS required and
+not negotiated everything but IDENTIFY fails (``E_INVALID cannot X in current state (TLS
+required)``), body commands before their body is read.
 """
 
 from __future__ import annotations
@@ -10,23 +28,28 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
 
 from .. import NSQ_COMPAT_VERSION
 from ..protocol.commands import (
-    BAD_PROTOCOL_PAYLOAD, MAGIC_V2, CommandParser, LineTooLong, check_topic, go_quote, parse_int,
+    BAD_PROTOCOL_PAYLOAD, MAGIC_V2, CommandParser, Limits, LineTooLong, check_topic, go_quote,
+    parse_int, pre_body_checks,
 )
 from ..protocol.compression import CompressionError, DeflateCodec, SnappyCodec
 from ..protocol.errors import (
-    E_AUTH_DISABLED, E_BAD_BODY, E_BAD_CHANNEL, E_DPUB_FAILED, E_IDENTIFY_FAILED, E_INVALID,
-    E_MPUB_FAILED, E_PUB_FAILED, E_SUB_FAILED, ClientError, FatalError, ProtocolError,
+    E_AUTH_DISABLED, E_AUTH_FAILED, E_AUTH_FIRST, E_BAD_BODY, E_BAD_CHANNEL, E_DPUB_FAILED,
+    E_IDENTIFY_FAILED, E_INVALID, E_MPUB_FAILED, E_PUB_FAILED, E_SUB_FAILED, E_UNAUTHORIZED,
+    ClientError, FatalError, ProtocolError,
 )
 from ..protocol.frames import CLOSE_WAIT_FRAME, HEARTBEAT_FRAME, OK_FRAME, encode_error, encode_response
 from ..protocol.names import is_valid_name
+from .stats import go_json
+from .tls import TLS_REQUIRED_FALSE, TLSInfo
 
 if TYPE_CHECKING:
+    from .auth import AuthState
     from .channel import Channel
     from .nsqd import NSQD
 
@@ -37,6 +60,14 @@ STATE_SUBSCRIBED = 3
 STATE_CLOSING = 4
 
 DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
+TLS_HANDSHAKE_TIMEOUT = 5.0  # upstream's deadline for the in-band upgrade
+# a subscribed connection whose peer does not read stops being read past this much unsent data
+READ_PAUSE_BYTES = 1 << 20
+
+# gate states (``ClientV2._gate``); None = commands run as they arrive
+_G_MAGIC = 1     # the 4-byte protocol magic has not arrived yet
+_G_HOLD = 2      # waiting for a TLS handshake or an auth answer (or draining after IDENTIFY)
+_G_THROTTLE = 3  # subscribed, writes backed up: check the buffer before reading more
 _monotonic = time.monotonic
 _time_ns = time.time_ns
 
@@ -60,6 +91,22 @@ def _base10(raw: bytes) -> int:
     return int(raw)
 
 
+class _Suspend(Exception):
+    """A handler started I/O the connection must wait for; ``retry``: run this command again."""
+
+    def __init__(self, retry: bool) -> None:
+        super().__init__()
+        self.retry = retry
+
+
+def _tls_required_pre_body(name: bytes, params: list[bytes], limits: Limits) -> int:
+    """Before TLS is negotiated on a TLS-required nsqd only IDENTIFY may send a body."""
+    if name != b"IDENTIFY":
+        raise FatalError(E_INVALID, f"cannot {name.decode('utf-8', 'replace')} in current state "
+                                    "(TLS required)")
+    return pre_body_checks(name, params, limits)
+
+
 class ClientV2(asyncio.Protocol):
     """Server side of one V2 connection."""
 
@@ -69,10 +116,25 @@ class ClientV2(asyncio.Protocol):
         self.id = nsqd.next_client_id()
         self.transport: asyncio.Transport | None = None
         self.parser = CommandParser(nsqd.limits)
+        self.parser.stop_after_identify = True
         self._magic = bytearray()
-        self._magic_done = False
+        self._gate: int | None = _G_MAGIC
+        self._held: list | None = None  # parsed commands waiting for the gate to open
+        self._held_raw: bytearray | None = None  # bytes received while the gate was shut
+        self._hold_reads = False  # the gate wants reading paused
+        self._io_paused = False  # reading is actually paused on the transport
+        self._task: asyncio.Task | None = None  # the TLS handshake or auth query under way
+        self._close_requested = False  # close_connection() was called (vs. the peer leaving)
+        self._raw_transport: asyncio.Transport | None = None  # the TCP transport during a handshake
+        self._lost = False
         self.state = STATE_INIT
         self.remote_address = ""
+        self.remote_ip = ""
+        self.tls = False
+        self.tls_info: TLSInfo | None = None
+        self.auth_secret = b""
+        self.auth_state: AuthState | None = None
+        self._auth_recheck = False  # the command being retried follows a fresh re-query
         self.client_id = ""
         self.hostname = ""
         self.user_agent = ""
@@ -103,11 +165,10 @@ class ClientV2(asyncio.Protocol):
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._closed = False
         self._acked = False  # a FIN/REQ freed room under RDY during this data_received
-        self._handlers = {
-            b"FIN": self._fin, b"RDY": self._rdy, b"REQ": self._req, b"PUB": self._pub,
-            b"MPUB": self._mpub, b"DPUB": self._dpub, b"NOP": self._nop, b"TOUCH": self._touch,
-            b"SUB": self._sub, b"CLS": self._cls, b"AUTH": self._auth, b"IDENTIFY": self._identify,
-        }
+        self._handlers = _AUTH_HANDLERS if nsqd.auth is not None else _HANDLERS
+        if opts.tls_required != TLS_REQUIRED_FALSE:
+            self._handlers = _TLS_REQUIRED_HANDLERS
+            self.parser.pre_body_check = _tls_required_pre_body
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -123,7 +184,7 @@ class ClientV2(asyncio.Protocol):
         if isinstance(peer, tuple):
             host, port = peer[0], peer[1]
             self.remote_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            self.client_id = self.hostname = host
+            self.client_id = self.hostname = self.remote_ip = host
         else:
             self.remote_address = str(peer or "@")
         self.nsqd.add_client(self)
@@ -131,7 +192,27 @@ class ClientV2(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = _monotonic()
-        if not self._magic_done:
+        if self._gate is not None:
+            self._gated_data(data)
+            return
+        if self._decompress is not None:
+            try:
+                data = self._decompress(data)
+            except CompressionError as err:
+                self.nsqd.logger.error("client(%s) %s", self.remote_address, err)
+                self.close_connection()
+                return
+        self._process(self.parser.feed(data))
+
+    def _gated_data(self, data: bytes) -> None:
+        gate = self._gate
+        if gate == _G_HOLD:
+            if self._held_raw is None:
+                self._held_raw = bytearray(data)
+            else:
+                self._held_raw += data
+            return
+        if gate == _G_MAGIC:
             need = 4 - len(self._magic)
             self._magic += data[:need]
             data = data[need:]
@@ -143,17 +224,22 @@ class ClientV2(asyncio.Protocol):
                 self._send_now(encode_error(BAD_PROTOCOL_PAYLOAD))
                 self.close_connection()
                 return
-            self._magic_done = True
-            if not data:
-                return
-        if self._decompress is not None:
-            try:
-                data = self._decompress(data)
-            except CompressionError as err:
-                self.nsqd.logger.error("client(%s) %s", self.remote_address, err)
-                self.close_connection()
-                return
-        self._process(self.parser.feed(data))
+            self._magic = bytearray()
+            self._gate = self._base_gate()
+        elif gate == _G_THROTTLE:
+            transport = self.transport
+            if transport is not None and transport.get_write_buffer_size() > READ_PAUSE_BYTES:
+                self._reading_paused = True
+                self._update_reading()
+        if data:
+            if self._decompress is not None:
+                try:
+                    data = self._decompress(data)
+                except CompressionError as err:
+                    self.nsqd.logger.error("client(%s) %s", self.remote_address, err)
+                    self.close_connection()
+                    return
+            self._process(self.parser.feed(data))
 
     def _process(self, items: list) -> None:
         handlers = self._handlers
@@ -171,13 +257,16 @@ class ClientV2(asyncio.Protocol):
             handler = handlers.get(name)
             try:
                 if handler is None:
-                    raise FatalError(E_INVALID, f"invalid command {name.decode('utf-8', 'replace')}")
-                handler(params, body)
+                    self._unknown_command(name)
+                handler(self, params, body)
             except ClientError as err:
                 self.out.append(encode_error(err.payload))
             except FatalError as err:
                 self._fatal(err)
                 return
+            except _Suspend as suspend:
+                self._hold(items, item, suspend.retry)
+                break
         if self._acked:
             self._acked = False
             channel = self.channel
@@ -189,15 +278,19 @@ class ClientV2(asyncio.Protocol):
     def pause_writing(self) -> None:
         self.writable = False
         self._paused_since = _monotonic()
-        if self.state != STATE_SUBSCRIBED and self.transport is not None:
-            self.transport.pause_reading()  # a publisher that doesn't read its OKs waits
-            self._reading_paused = True
+        if self.state < STATE_SUBSCRIBED:
+            self._reading_paused = True  # a publisher that doesn't read its OKs waits
+            self._update_reading()
+        elif self._gate is None:
+            self._gate = _G_THROTTLE  # a consumer keeps being read (FIN/REQ), within a bound
 
     def resume_writing(self) -> None:
         self.writable = True
-        if self._reading_paused and self.transport is not None:
+        if self._gate == _G_THROTTLE:
+            self._gate = None
+        if self._reading_paused:
             self._reading_paused = False
-            self.transport.resume_reading()
+            self._update_reading()
         if self.channel is not None:
             self.channel.dispatch()
 
@@ -206,15 +299,84 @@ class ClientV2(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._lost:
+            return
+        self._lost = True
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
+        task, self._task = self._task, None
+        if task is not None and self._raw_transport is None and task is not asyncio.current_task():
+            task.cancel()  # an auth query nobody waits for (a handshake ends by itself)
         self.nsqd.remove_client(self)
         channel = self.channel
         if channel is not None:
             self.channel = None
             channel.remove_client(self)
         self.transport = None
+        self._raw_transport = None
+        self._held = self._held_raw = None
         self.out.clear()
+
+    # --- the gate: holding commands back while the connection waits ----------------------------
+
+    def _base_gate(self) -> int | None:
+        return _G_THROTTLE if not self.writable and self.state >= STATE_SUBSCRIBED else None
+
+    def _update_reading(self) -> None:
+        """Pause or resume the transport for write backpressure and for the gate."""
+        want = self._reading_paused or self._hold_reads
+        transport = self.transport
+        if transport is None or want == self._io_paused or self._closed:
+            return
+        self._io_paused = want
+        if want:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    def _hold(self, items: list, item: Any, retry: bool) -> None:
+        """Keep the commands after ``item`` (and ``item`` itself if ``retry``) for later."""
+        index = 0
+        for index, other in enumerate(items):
+            if other is item:
+                break
+        rest = items[index:] if retry else items[index + 1:]
+        self._held = rest or None
+        self._gate = _G_HOLD
+        self._hold_reads = True
+        self._update_reading()
+
+    def _release(self) -> None:
+        """What the gate held back runs now, in arrival order; then reading goes on."""
+        if self._closed:
+            return
+        self._gate = None
+        self._hold_reads = False
+        self._last_read = _monotonic()  # nothing was read while held: no read timeout for that
+        held, self._held = self._held, None
+        if held:
+            self._process(held)
+            if self._gate is not None or self._closed:
+                return
+        if self.parser.buffered and not self.parser.dead:
+            self._process(self.parser.feed(b""))
+            if self._gate is not None or self._closed:
+                return
+        raw, self._held_raw = self._held_raw, None
+        if raw:
+            self.data_received(bytes(raw))
+            if self._gate is not None or self._closed:
+                return
+        self._gate = self._base_gate()
+        self._update_reading()
+        if self.out:
+            self._flush()
+
+    def _unknown_command(self, name: bytes) -> None:
+        text = name.decode("utf-8", "replace")
+        if self._handlers is _TLS_REQUIRED_HANDLERS:
+            raise FatalError(E_INVALID, f"cannot {text} in current state (TLS required)")
+        raise FatalError(E_INVALID, f"invalid command {text}")
 
     # --- output --------------------------------------------------------------------------------
 
@@ -249,9 +411,12 @@ class ClientV2(asyncio.Protocol):
         if self._closed:
             return
         self._closed = True
+        self._close_requested = True
         if self.transport is not None:
             self._flush()
             self.transport.close()
+        elif self._raw_transport is not None:  # mid-handshake: nothing can be said in clear text
+            self._raw_transport.abort()
 
     # --- heartbeats and timeouts ---------------------------------------------------------------
 
@@ -266,8 +431,13 @@ class ClientV2(asyncio.Protocol):
         self._heartbeat_handle = None
         if self._closed:
             return
+        if self.transport is None:  # TLS handshake under way (it has its own deadline)
+            self._arm_heartbeat()
+            return
         now = _monotonic()
         hb = self.heartbeat_interval
+        if self._gate == _G_HOLD:
+            self._last_read = now  # waiting on the auth server, not on the client
         if now - self._last_read > 2 * hb:
             self.nsqd.logger.error("client(%s) - read timeout: no data for %.1fs", self.remote_address,
                                    now - self._last_read)
@@ -364,13 +534,17 @@ class ClientV2(asyncio.Protocol):
 
         if not data.get("feature_negotiation"):
             self.out.append(OK_FRAME)
+            self._after_identify()
             return
-        deflate = bool(opts.deflate and data.get("deflate"))
+        # a stream is upgraded once: a repeated IDENTIFY cannot stack a second TLS or codec layer
+        compressed = self._compress is not None
+        tls = bool(self.nsqd.tls_context is not None and data.get("tls_v1") and not self.tls)
+        deflate = bool(opts.deflate and data.get("deflate") and not compressed)
         level = 6
         if deflate and data.get("deflate_level", 0) > 0:
             level = data["deflate_level"]
         level = min(level, opts.max_deflate_level)
-        snappy = bool(opts.snappy and data.get("snappy"))
+        snappy = bool(opts.snappy and data.get("snappy") and not compressed)
         if deflate and snappy:
             raise FatalError(E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
         resp = {
@@ -378,13 +552,13 @@ class ClientV2(asyncio.Protocol):
             "version": NSQ_COMPAT_VERSION,
             "max_msg_timeout": int(opts.max_msg_timeout * 1000),
             "msg_timeout": int(self.msg_timeout * 1000),
-            "tls_v1": False,
+            "tls_v1": tls,
             "deflate": deflate,
             "deflate_level": level,
             "max_deflate_level": opts.max_deflate_level,
             "snappy": snappy,
             "sample_rate": self.sample_rate,
-            "auth_required": False,
+            "auth_required": self.nsqd.auth is not None,
             "output_buffer_size": self.output_buffer_size,
             "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
         }
@@ -392,22 +566,150 @@ class ClientV2(asyncio.Protocol):
         codec: SnappyCodec | DeflateCodec | None = None
         if snappy:
             codec = SnappyCodec()
-            self.snappy = True
         elif deflate:
             codec = DeflateCodec(level)
-            self.deflate = True
+        if tls:
+            if self.parser.take_buffer():
+                # the handshake must start after our answer; bytes sent before it are lost
+                # (upstream's buffered reader drops them too, and then times out)
+                raise FatalError(E_IDENTIFY_FAILED,
+                                 "IDENTIFY failed data received before the TLS handshake")
+            self._start_tls(codec)
+            return
         if codec is not None:
-            leftover = self.parser.take_buffer()
-            self._compress = codec.compress
-            self._decompress = codec.decompress
-            self.out.append(OK_FRAME)
+            leftover = self.parser.take_buffer()  # already compressed: it goes through the codec
+            self._enable_codec(codec)
             if leftover:
-                self.nsqd.loop.call_soon(self.data_received, bytes(leftover))
+                self._held_raw = bytearray(leftover)
+        self._after_identify()
+
+    def _after_identify(self) -> None:
+        """The parser stopped after IDENTIFY: run what followed it on the next loop turn."""
+        if self.parser.buffered or self._held_raw:
+            self._gate = _G_HOLD  # bytes arriving meanwhile queue up behind those
+            self.nsqd.loop.call_soon(self._release)
+
+    def _enable_codec(self, codec: "SnappyCodec | DeflateCodec") -> None:
+        if isinstance(codec, SnappyCodec):
+            self.snappy = True
+        else:
+            self.deflate = True
+        self._compress = codec.compress
+        self._decompress = codec.decompress
+        self.out.append(OK_FRAME)  # the first compressed frame
+
+    # --- TLS ------------------------------------------------------------------------------------
+
+    def _start_tls(self, codec: "SnappyCodec | DeflateCodec | None") -> None:
+        """Upgrade after the IDENTIFY answer went out; nothing else runs until it is done."""
+        self._gate = _G_HOLD
+        self._hold_reads = True
+        self._update_reading()  # no byte of the ClientHello may reach the V2 parser
+        self._raw_transport = self.transport
+        self.transport = None  # and no clear-text frame (a heartbeat) may interleave
+        self._task = self.nsqd.loop.create_task(self._tls_handshake(codec))
+
+    async def _tls_handshake(self, codec: "SnappyCodec | DeflateCodec | None") -> None:
+        raw = self._raw_transport
+        nsqd = self.nsqd
+        if raw is None or self._closed:
+            self._task = None
+            return
+        try:
+            transport = await nsqd.loop.start_tls(
+                raw, self, nsqd.tls_context, server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+        except Exception as err:  # noqa: BLE001 - any handshake failure ends the connection
+            self._task = None
+            if not self._close_requested:
+                nsqd.logger.error("client(%s) - %s IDENTIFY failed %s", self.remote_address,
+                                  E_IDENTIFY_FAILED, err or type(err).__name__)
+            raw.abort()
+            self.connection_lost(err)  # the transport's protocol was no longer this one
+            return
+        self._task = None
+        self._raw_transport = None
+        if self._closed:  # closed while the handshake finished
+            transport.abort()
+            self.connection_lost(None)
+            return
+        self.transport = transport  # type: ignore[assignment]
+        self._io_paused = False
+        self.tls = True
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            self.tls_info = TLSInfo(ssl_object, nsqd.tls_context)
+        self._handlers = _AUTH_HANDLERS if nsqd.auth is not None else _HANDLERS
+        self.parser.pre_body_check = pre_body_checks
+        self._send_now(OK_FRAME)  # the first frame over TLS
+        if codec is not None:
+            self._enable_codec(codec)
+            self._flush()
+        self._release()
+
+    # --- AUTH -----------------------------------------------------------------------------------
 
     def _auth(self, params: list[bytes], body: bytes) -> None:
         if self.state != STATE_INIT:
             raise FatalError(E_INVALID, "cannot AUTH in current state")
-        raise FatalError(E_AUTH_DISABLED, "AUTH disabled")
+        if self.auth_state is not None and self.auth_state.authorizations:
+            raise FatalError(E_INVALID, "AUTH already set")
+        if self.nsqd.auth is None:
+            raise FatalError(E_AUTH_DISABLED, "AUTH disabled")
+        self.auth_secret = body
+        self._query_auth(first=True)
+        raise _Suspend(retry=False)
+
+    def _query_auth(self, first: bool) -> None:
+        self._task = self.nsqd.loop.create_task(self._auth_query(first))
+
+    async def _auth_query(self, first: bool) -> None:
+        auth = self.nsqd.auth
+        assert auth is not None
+        common_name = self.tls_info.common_name if self.tls_info is not None else ""
+        try:
+            state = await auth.query(self.remote_ip, self.tls, self.auth_secret, common_name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - details go to the log, never to the client
+            self._task = None
+            if not self._closed:
+                # we don't leak the auth server's errors to untrusted clients (upstream)
+                self.nsqd.logger.warning("PROTOCOL(V2): [%s] AUTH failed %s", self.remote_address, err)
+                self._fatal(FatalError(E_AUTH_FAILED, "AUTH failed"))
+            return
+        self._task = None
+        if self._closed:
+            return
+        self.auth_state = state
+        if first:
+            if not state.authorizations:
+                self._fatal(FatalError(E_UNAUTHORIZED, "AUTH no authorizations found"))
+                return
+            self._send_now(encode_response(go_json({
+                "identity": state.identity, "identity_url": state.identity_url,
+                "permission_count": len(state.authorizations)})))
+        else:
+            self._auth_recheck = True
+        self._release()
+
+    def _check_auth(self, cmd: str, topic: str, channel: str) -> None:
+        """Upstream's CheckAuth; an expired answer is re-queried first (the command waits)."""
+        state = self.auth_state
+        if self._auth_recheck:
+            self._auth_recheck = False
+        elif state is None or not state.authorizations:
+            raise FatalError(E_AUTH_FIRST, f"AUTH required before {cmd}")
+        elif state.expired():
+            self._query_auth(first=False)
+            raise _Suspend(retry=True)
+        if state is None or not state.allows(topic, channel):
+            raise FatalError(E_UNAUTHORIZED,
+                             f"AUTH failed for {cmd} on {go_quote(topic)} {go_quote(channel)}")
+
+    def _tls_required(self, params: list[bytes], body: Any) -> None:
+        raise FatalError(E_INVALID, f"cannot {params[0].decode('utf-8', 'replace')} in current "
+                                    "state (TLS required)")
 
     def _sub(self, params: list[bytes], body: None) -> None:
         if self.state != STATE_INIT:
@@ -425,6 +727,8 @@ class ClientV2(asyncio.Protocol):
         if not is_valid_name(channel_name):
             raise FatalError(E_BAD_CHANNEL, f"SUB channel name {go_quote(raw_channel)} is not valid")
         nsqd = self.nsqd
+        if nsqd.auth is not None:
+            self._check_auth("SUB", topic_name, channel_name)
         if nsqd.exiting:
             raise FatalError(E_SUB_FAILED, "SUB failed exiting")
         topic = nsqd.get_topic(topic_name)
@@ -542,3 +846,30 @@ class ClientV2(asyncio.Protocol):
             raise FatalError(E_DPUB_FAILED, f"DPUB failed {err}") from None
         self._published(topic_name, 1)
         self.out.append(OK_FRAME)
+
+    # with --auth-http-address: the publish commands check authorizations first
+
+    def _pub_authed(self, params: list[bytes], body: bytes) -> None:
+        self._check_auth("PUB", params[1].decode("ascii"), "")
+        self._pub(params, body)
+
+    def _mpub_authed(self, params: list[bytes], bodies: list[bytes]) -> None:
+        self._check_auth("MPUB", params[1].decode("ascii"), "")
+        self._mpub(params, bodies)
+
+    def _dpub_authed(self, params: list[bytes], body: bytes) -> None:
+        self._check_auth("DPUB", params[1].decode("ascii"), "")
+        self._dpub(params, body)
+
+
+# Command tables, shared by every connection (a connection points at the one for its mode).
+_HANDLERS: dict[bytes, Callable[..., None]] = {
+    b"FIN": ClientV2._fin, b"RDY": ClientV2._rdy, b"REQ": ClientV2._req, b"PUB": ClientV2._pub,
+    b"MPUB": ClientV2._mpub, b"DPUB": ClientV2._dpub, b"NOP": ClientV2._nop,
+    b"TOUCH": ClientV2._touch, b"SUB": ClientV2._sub, b"CLS": ClientV2._cls,
+    b"AUTH": ClientV2._auth, b"IDENTIFY": ClientV2._identify,
+}
+_AUTH_HANDLERS = {**_HANDLERS, b"PUB": ClientV2._pub_authed, b"MPUB": ClientV2._mpub_authed,
+                  b"DPUB": ClientV2._dpub_authed}
+_TLS_REQUIRED_HANDLERS = {name: ClientV2._tls_required for name in _HANDLERS}
+_TLS_REQUIRED_HANDLERS[b"IDENTIFY"] = ClientV2._identify

@@ -19,6 +19,10 @@ texts and the order in which a request's problems are reported. In particular:
 
 Go-runtime endpoints (``/debug/pprof/*``) have no Python meaning and are not routed: they get
 404 ``NOT_FOUND``.
+
+With ``--tls-cert``/``--tls-key`` the same API is also served over HTTPS (``--https-address``);
+with ``--tls-required=true`` the plain listener answers every request with upstream's
+``403 {"message": "TLS_REQUIRED", "https_port": N}`` (``tcp-https`` leaves it open).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import gc
 import inspect
 import re
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable
@@ -325,8 +330,10 @@ class Router:
 class HttpApi:
     """Handlers for one nsqd; each stays thin and calls into NSQD / Topic / Channel."""
 
-    def __init__(self, nsqd: "NSQD") -> None:
+    def __init__(self, nsqd: "NSQD", tls_enabled: bool = False) -> None:
         self.nsqd = nsqd
+        # upstream's httpServer.tlsRequired: plain HTTP refused when --tls-required=true
+        self.refuse_plain = not tls_enabled and nsqd.options.tls_required == "true"
         self.logger = nsqd.logger
         self.config_flags = {k: f for k, f in config_key_map().items() if k not in _CONFIG_HIDDEN}
         R = Route
@@ -361,6 +368,8 @@ class HttpApi:
         return app
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        if self.refuse_plain:
+            return self._tls_required()
         method, path = request.method, request.path
         hit = self.router.lookup(method, path)
         if hit is not None:
@@ -385,6 +394,12 @@ class HttpApi:
                 return resp
         request[_LOG] = True
         return _error(404, "NOT_FOUND")
+
+    def _tls_required(self) -> web.Response:
+        """Upstream writes this body by hand (note the spaces), before any routing."""
+        body = f'{{"message": "TLS_REQUIRED", "https_port": {self.nsqd.https_port}}}'
+        return web.Response(status=403, body=body.encode(), content_type="application/json",
+                            charset="utf-8")
 
     @staticmethod
     def _redirect(request: web.Request, path: str) -> web.Response:
@@ -427,7 +442,7 @@ class HttpApi:
 
     async def _expect(self, request: web.Request) -> None:
         """``Expect: 100-continue``: invite the body unless the answer is already known."""
-        if request.version != HttpVersion11:
+        if request.version != HttpVersion11 or self.refuse_plain:
             return None
         expect = request.headers.get("Expect", "")
         if expect.lower() != "100-continue":
@@ -757,20 +772,24 @@ def _go_parse_int(text: str) -> int:
     return value
 
 
-async def start_http(nsqd: "NSQD", address: str) -> tuple[web.AppRunner, int]:
-    """Serve the API on ``address`` (``host:port``, or a unix socket path); returns the port (-1 for unix)."""
+async def start_http(nsqd: "NSQD", address: str,
+                     ssl_context: "ssl.SSLContext | None" = None) -> tuple[web.AppRunner, int]:
+    """Serve the API on ``address`` (``host:port``, or a unix socket path); returns the port
+    (-1 for unix). With ``ssl_context`` this is the HTTPS listener."""
     nsq_stats.install_gc_pause_tracker()
-    api = HttpApi(nsqd)
+    api = HttpApi(nsqd, tls_enabled=ssl_context is not None)
+    label = "HTTPS" if ssl_context is not None else "HTTP"
     runner = web.AppRunner(api.make_app(), access_log=None)
     await runner.setup()
     try:
         if is_unix_socket(address):
-            site: web.BaseSite = web.UnixSite(runner, address)
+            site: web.BaseSite = web.UnixSite(runner, address, ssl_context=ssl_context)
             await site.start()
-            nsqd.logger.info("HTTP: listening on %s", address)
+            nsqd.logger.info("%s: listening on %s", label, address)
             return runner, -1
         host, port = split_host_port(address)
-        site = web.TCPSite(runner, host or None, port, reuse_address=True, backlog=1024)
+        site = web.TCPSite(runner, host or None, port, reuse_address=True, backlog=1024,
+                           ssl_context=ssl_context)
         await site.start()
     except BaseException:
         await runner.cleanup()
@@ -778,5 +797,5 @@ async def start_http(nsqd: "NSQD", address: str) -> tuple[web.AppRunner, int]:
     sock = site._server.sockets[0]  # type: ignore[union-attr]
     actual = sock.getsockname()[1]
     shown = f"[{host}]:{actual}" if ":" in host else f"{host}:{actual}"
-    nsqd.logger.info("HTTP: listening on %s", shown)
+    nsqd.logger.info("%s: listening on %s", label, shown)
     return runner, actual

@@ -52,6 +52,10 @@ class NSQD:
         self._tcp_server: asyncio.AbstractServer | None = None
         self._tasks: list[asyncio.Task] = []
         self.http_runner: Any = None
+        self.https_runner: Any = None
+        self.https_port = 0
+        self.tls_context: Any = None  # ssl.SSLContext with --tls-cert/--tls-key (see tls.py)
+        self.auth: Any = None  # auth.AuthClient with --auth-http-address
         self._lock = DataPathLock(self.data_path)
         self._started = False  # metadata loaded: shutdown persists and flushes
         self._loading = False
@@ -301,6 +305,11 @@ class NSQD:
         opts = self.options
         if not os.path.isdir(self.data_path):
             raise RuntimeError(f"--data-path={self.data_path} is not a directory")
+        from .auth import AuthClient
+        from .tls import server_context
+
+        self.tls_context = server_context(opts)
+        self.auth = AuthClient.from_options(opts, self.logger)
         self._lock.acquire()
         self.load_metadata()
         self.persist_metadata()
@@ -319,6 +328,11 @@ class NSQD:
             from .http import start_http
 
             self.http_runner, self.http_port = await start_http(self, opts.http_address)
+        if self.tls_context is not None and opts.https_address:
+            from .http import start_http
+
+            self.https_runner, self.https_port = await start_http(self, opts.https_address,
+                                                                  self.tls_context)
         self._tasks.append(self.loop.create_task(self._scan_loop()))
         self._tasks.append(self.loop.create_task(self._backend_loop()))
         self.lookup.start()
@@ -335,6 +349,10 @@ class NSQD:
             client.close_connection()
         if self.http_runner is not None:
             await self.http_runner.cleanup()
+        if self.https_runner is not None:
+            await self.https_runner.cleanup()
+        if self.auth is not None:
+            await self.auth.close()
         if self._started:
             try:
                 self.persist_metadata()

@@ -56,9 +56,8 @@ def build_flagset() -> FlagSet:
         F("http-address", "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients"),
         F("tcp-address", "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients"),
         F("auth-http-address", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)",
-          kind="list", cfg="auth_http_addresses", implemented=False),
-        F("auth-http-request-method", "get", "HTTP method to use for auth server requests",
-          implemented=False),
+          kind="list", cfg="auth_http_addresses"),
+        F("auth-http-request-method", "get", "HTTP method to use for auth server requests"),
         F("broadcast-address", host, "address that will be registered with lookupd"),
         F("broadcast-tcp-port", 0, "TCP port that will be registered with lookupd (default to the TCP port)", kind="int"),
         F("broadcast-http-port", 0, "HTTP port that will be registered with lookupd (default to the HTTP port)", kind="int"),
@@ -96,14 +95,13 @@ def build_flagset() -> FlagSet:
         F("e2e-processing-latency-percentile", [], "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)",
           kind="list", cfg="e2e_processing_latency_percentiles"),
         F("e2e-processing-latency-window-time", 600.0, "calculate end to end latency quantiles for this duration of time", kind="duration"),
-        F("tls-cert", "", "path to certificate file", implemented=False),
-        F("tls-key", "", "path to key file", implemented=False),
-        F("tls-client-auth-policy", "", "client certificate auth policy ('require' or 'require-verify')", implemented=False),
-        F("tls-root-ca-file", "", "path to certificate authority file", implemented=False),
-        F("tls-required", "false", "require TLS for client connections (true, false, tcp-https)", parse=_tls_required,
-          implemented=False),
+        F("tls-cert", "", "path to certificate file"),
+        F("tls-key", "", "path to key file"),
+        F("tls-client-auth-policy", "", "client certificate auth policy ('require' or 'require-verify')"),
+        F("tls-root-ca-file", "", "path to certificate authority file"),
+        F("tls-required", "false", "require TLS for client connections (true, false, tcp-https)", parse=_tls_required),
         F("tls-min-version", "tls1.0", "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
-          parse=_tls_min_version, implemented=False),
+          parse=_tls_min_version),
         F("deflate", True, "enable deflate feature negotiation (client compression)", kind="bool"),
         F("max-deflate-level", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)", kind="int"),
         F("snappy", True, "enable snappy feature negotiation (client compression)", kind="bool"),
@@ -130,6 +128,8 @@ class Options:
 def parse_options(argv: list[str]) -> Options:
     """Parse and validate nsqd's command line; FlagError describes any problem."""
     fs = build_flagset()
+    # --tls-required is a bool-style flag in Go: given alone it means "true"
+    argv = [a + "=true" if a in ("-tls-required", "--tls-required") else a for a in argv]
     values, explicit, positional = fs.parse(argv)
     if positional:
         raise FlagError(f"unexpected arguments: {' '.join(positional)}")
@@ -152,6 +152,10 @@ def parse_options(argv: list[str]) -> Options:
         raise FlagError("--max-deflate-level must be [1,9]")
     if values["mem_queue_size"] < 0:
         raise FlagError("--mem-queue-size must be >= 0")
+    if values["auth_http_request_method"] not in ("get", "post"):
+        raise FlagError("--auth-http-request-method must be post or get")
+    if values["tls_client_auth_policy"] and values["tls_required"] == "false":
+        values["tls_required"] = "true"  # upstream: any client-auth policy forces TLS
     return Options(values, explicit)
 
 

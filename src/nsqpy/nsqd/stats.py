@@ -84,17 +84,27 @@ def client_stats(client: "ClientV2", topic_filter: str = "") -> dict:
         "deflate": client.deflate,
         "snappy": client.snappy,
         "user_agent": client.user_agent,
-        # authed / auth_identity / auth_identity_url are omitempty and AUTH is not offered
-        "topology_zone": getattr(client, "topology_zone", ""),
-        "topology_region": getattr(client, "topology_region", ""),
     }
+    # authed / auth_identity / auth_identity_url are omitempty in upstream's struct
+    auth_state = getattr(client, "auth_state", None)
+    if auth_state is not None:
+        if auth_state.authorizations:
+            stats["authed"] = True
+        if auth_state.identity:
+            stats["auth_identity"] = auth_state.identity
+        if auth_state.identity_url:
+            stats["auth_identity_url"] = auth_state.identity_url
+    stats["topology_zone"] = getattr(client, "topology_zone", "")
+    stats["topology_region"] = getattr(client, "topology_region", "")
     if pub_counts:
         stats["pub_counts"] = pub_counts
-    stats["tls"] = False
-    stats["tls_cipher_suite"] = ""
-    stats["tls_version"] = ""
-    stats["tls_negotiated_protocol"] = ""
-    stats["tls_negotiated_protocol_is_mutual"] = False
+    info = getattr(client, "tls_info", None)
+    stats["tls"] = info is not None
+    stats["tls_cipher_suite"] = info.cipher_suite if info is not None else ""
+    stats["tls_version"] = info.version if info is not None else ""
+    stats["tls_negotiated_protocol"] = info.negotiated_protocol if info is not None else ""
+    # Go's NegotiatedProtocolIsMutual is deprecated and always true on a TLS connection
+    stats["tls_negotiated_protocol_is_mutual"] = info is not None
     return stats
 
 

@@ -1,0 +1,272 @@
+"""AUTH against an external auth server (reference §1.5, §6; upstream ``internal/auth``).
+
+nsqd asks the servers given by ``--auth-http-address`` (tried in a random rotation, the first
+success wins) what a client's secret may do, and caches the answer for its ``ttl`` seconds:
+
+* GET ``http://<addr>/auth?common_name=…&remote_ip=…&secret=…&tls=…`` (or the full URL given),
+  with ``Accept: application/vnd.nsq; version=1.0``; with ``--auth-http-request-method=post``,
+  a POST of the same values as JSON (``{"remote_ip": ["…"], …}``, Go's ``url.Values``).
+  A 403 carrying ``https_port`` is retried once on HTTPS, as upstream's HTTP client does.
+* The answer ``{"ttl": s, "identity": …, "identity_url": …, "authorizations": [{"topic": re,
+  "channels": [re, …], "permissions": ["publish", "subscribe"]}]}`` is validated the way Go's
+  decoder and upstream's checks do: wrong JSON types, an unknown permission, a regex that does
+  not compile or ``ttl <= 0`` all make the query fail.
+
+Regexes are matched unanchored (Go's ``MatchString`` finds a match anywhere): ``re.search``.
+Go's RE2 syntax is nearly a subset of Python's; ``\\z`` (end of text) is translated to ``\\Z``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import time
+from typing import Any
+from urllib.parse import quote_plus, urlsplit, urlunsplit
+
+import orjson
+
+ACCEPT_V1 = "application/vnd.nsq; version=1.0"
+_MAX_RESPONSE = 1 << 20  # an auth answer larger than this is refused, not buffered
+
+
+class AuthQueryError(Exception):
+    """Every auth server failed; the text names each failure (logged, never sent to clients)."""
+
+
+class Authorization:
+    __slots__ = ("topic", "channels", "publish", "subscribe")
+
+    def __init__(self, topic: re.Pattern, channels: list[re.Pattern], permissions: list[str]) -> None:
+        self.topic = topic
+        self.channels = channels
+        self.publish = "publish" in permissions
+        self.subscribe = "subscribe" in permissions
+
+    def allows(self, topic: str, channel: str) -> bool:
+        if not (self.subscribe if channel else self.publish):
+            return False
+        if self.topic.search(topic) is None:
+            return False
+        return any(c.search(channel) is not None for c in self.channels)
+
+
+class AuthState:
+    """One auth server answer, valid until ``expires`` (monotonic seconds)."""
+
+    __slots__ = ("ttl", "identity", "identity_url", "authorizations", "expires")
+
+    def __init__(self, ttl: int, identity: str, identity_url: str,
+                 authorizations: list[Authorization]) -> None:
+        self.ttl = ttl
+        self.identity = identity
+        self.identity_url = identity_url
+        self.authorizations = authorizations
+        self.expires = time.monotonic() + ttl
+
+    def expired(self) -> bool:
+        return self.expires < time.monotonic()
+
+    def allows(self, topic: str, channel: str) -> bool:
+        return any(a.allows(topic, channel) for a in self.authorizations)
+
+
+# --- decoding the answer -------------------------------------------------------------------------
+
+def _field(doc: dict, name: str) -> Any:
+    """Go's decoder matches keys case-insensitively (an exact match wins)."""
+    if name in doc:
+        return doc[name]
+    for key, value in doc.items():
+        if isinstance(key, str) and key.lower() == name:
+            return value
+    return None
+
+
+def _string(value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"json: cannot unmarshal {type(value).__name__} into {what} of type string")
+    return value
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"json: cannot unmarshal {type(value).__name__} into {what} of type []string")
+    return [_string(v, what) for v in value]
+
+
+def go_regexp(pattern: str) -> re.Pattern:
+    """Compile a Go (RE2) pattern with Python's engine; ValueError if it does not compile."""
+    try:
+        return re.compile(pattern.replace("\\z", "\\Z"))
+    except (re.error, RecursionError, OverflowError) as err:
+        raise ValueError(f"error parsing regexp: {err}") from None
+
+
+def parse_state(body: bytes) -> AuthState:
+    """Validate an auth server's answer (upstream QueryAuthd's checks); ValueError on any problem."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise ValueError(f"invalid JSON - {err}") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ValueError(f"json: cannot unmarshal {type(doc).__name__} into Go value of type auth.State")
+    ttl = _field(doc, "ttl")
+    if ttl is None:
+        ttl = 0
+    if isinstance(ttl, bool) or not isinstance(ttl, int):
+        raise ValueError(f"json: cannot unmarshal {ttl!r} into Go struct field State.ttl of type int")
+    identity = _string(_field(doc, "identity"), "State.identity")
+    identity_url = _string(_field(doc, "identity_url"), "State.identity_url")
+    raw_auths = _field(doc, "authorizations")
+    if raw_auths is None:
+        raw_auths = []
+    if not isinstance(raw_auths, list):
+        raise ValueError("json: cannot unmarshal into Go struct field State.authorizations")
+    auths: list[Authorization] = []
+    for raw in raw_auths:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise ValueError("json: cannot unmarshal into Go struct field State.authorizations")
+        permissions = _strings(_field(raw, "permissions"), "Authorization.permissions")
+        for p in permissions:
+            if p not in ("subscribe", "publish"):
+                raise ValueError(f"unknown permission {p}")
+        topic = _string(_field(raw, "topic"), "Authorization.topic")
+        try:
+            topic_re = go_regexp(topic)
+        except ValueError as err:
+            raise ValueError(f"unable to compile topic {topic!r} {err}") from None
+        channel_res = []
+        for channel in _strings(_field(raw, "channels"), "Authorization.channels"):
+            try:
+                channel_res.append(go_regexp(channel))
+            except ValueError as err:
+                raise ValueError(f"unable to compile channel {channel!r} {err}") from None
+        auths.append(Authorization(topic_re, channel_res, permissions))
+    if ttl <= 0:
+        raise ValueError(f"invalid TTL {ttl} (must be >0)")
+    return AuthState(ttl, identity, identity_url, auths)
+
+
+# --- querying ------------------------------------------------------------------------------------
+
+def _values(remote_ip: str, tls: bool, secret: bytes, common_name: str) -> dict[str, str | bytes]:
+    return {"common_name": common_name, "remote_ip": remote_ip, "secret": secret,
+            "tls": "true" if tls else "false"}
+
+
+def encode_query(values: dict[str, str | bytes]) -> str:
+    """Go's ``url.Values.Encode``: keys sorted, ``QueryEscape``d (space as ``+``)."""
+    return "&".join(f"{quote_plus(k)}={quote_plus(values[k])}" for k in sorted(values))
+
+
+def _https_endpoint(endpoint: str, body: bytes) -> str:
+    """Upstream's httpsEndpoint: same host and path, scheme https, port from the 403 body."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise ValueError(f"invalid 403 body - {err}") from None
+    port = doc.get("https_port", 0) if isinstance(doc, dict) else 0
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise ValueError("invalid https_port in 403 body")
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return urlunsplit(("https", netloc, parts.path, parts.query, parts.fragment))
+
+
+class AuthClient:
+    """Queries the configured auth servers; one aiohttp session per nsqd."""
+
+    def __init__(self, addresses: list[str], method: str, connect_timeout: float,
+                 request_timeout: float, ssl_context: Any, logger: logging.Logger) -> None:
+        self.addresses = list(addresses)
+        self.method = method
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.ssl_context = ssl_context
+        self.logger = logger
+        self._session: Any = None
+
+    @classmethod
+    def from_options(cls, opts: Any, logger: logging.Logger) -> "AuthClient | None":
+        addresses = [a for a in opts.auth_http_address if a]
+        if not addresses:
+            return None
+        from .tls import client_context
+
+        return cls(addresses, opts.auth_http_request_method, opts.http_client_connect_timeout,
+                   opts.http_client_request_timeout, client_context(opts), logger)
+
+    def _get_session(self) -> Any:
+        if self._session is None:
+            import aiohttp
+
+            timeout = aiohttp.ClientTimeout(total=self.request_timeout,
+                                            connect=self.connect_timeout)
+            self._session = aiohttp.ClientSession(
+                timeout=timeout, connector=aiohttp.TCPConnector(ssl=self.ssl_context))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def query(self, remote_ip: str, tls: bool, secret: bytes, common_name: str) -> AuthState:
+        """Upstream's QueryAnyAuthd: random start, every server in turn, errors joined."""
+        values = _values(remote_ip, tls, secret, common_name)
+        errors: list[str] = []
+        n = len(self.addresses)
+        start = random.randrange(n)
+        for i in range(n):
+            addr = self.addresses[(start + i) % n]
+            try:
+                return await self._query_one(addr, values)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - any failure moves on to the next server
+                errors.append(f"failed to auth against {addr} - {err or type(err).__name__}")
+        raise AuthQueryError("; ".join(errors))
+
+    async def _query_one(self, addr: str, values: dict[str, str | bytes]) -> AuthState:
+        from yarl import URL
+
+        endpoint = addr if "://" in addr else f"http://{addr}/auth"
+        post = self.method == "post"
+        if post:
+            body: bytes | None = orjson.dumps({k: [v.decode("utf-8", "replace") if isinstance(v, bytes)
+                                                   else v] for k, v in sorted(values.items())})
+            headers = {"Accept": ACCEPT_V1, "Content-Type": "application/json"}
+        else:
+            endpoint = f"{endpoint}?{encode_query(values)}"
+            body = None
+            headers = {"Accept": ACCEPT_V1}
+        session = self._get_session()
+        for _ in range(2):
+            async with session.request("POST" if post else "GET", URL(endpoint, encoded=True),
+                                       data=body, headers=headers, allow_redirects=True) as resp:
+                data = await resp.content.read(_MAX_RESPONSE + 1)
+                if len(data) > _MAX_RESPONSE:
+                    raise ValueError("response too large")
+                if resp.status == 200:
+                    return parse_state(data)
+                if resp.status == 403 and not endpoint.startswith("https"):
+                    endpoint = _https_endpoint(endpoint, data)
+                    continue
+                raise ValueError(f"got response {resp.status} {resp.reason} {data[:200]!r}")
+        raise ValueError("auth server refused HTTPS too")
+
+
+__all__ = ["AuthClient", "AuthState", "AuthQueryError", "Authorization", "parse_state",
+           "encode_query", "go_regexp"]
