@@ -2,7 +2,9 @@
 /*
  * Run one nsqjs 0.13.0 scenario against an nsqd and print its observations as one JSON line.
  *
- * Usage: node interop.js <scenario> <nsqd tcp address> <topic>
+ * Usage: node interop.js <scenario> <nsqd tcp address> <topic> [CA certificate file]
+ *
+ * The tls* scenarios upgrade every connection to TLS (verified against the CA file given).
  *
  * tests/interop/test_nsqjs.py runs this and asserts on the JSON. The script only observes
  * (bodies, attempts, ids, times, IDENTIFY responses, heartbeat NOPs, errors); it judges nothing.
@@ -11,6 +13,7 @@
  */
 
 const crypto = require('crypto')
+const fs = require('fs')
 const {performance} = require('perf_hooks')
 const nsq = require('nsqjs')
 const {NSQDConnection} = require('nsqjs/lib/nsqdconnection')
@@ -41,6 +44,8 @@ function describeConn(conn) {
     identify: sm.identifyResponse || null,
     state: sm.current_state_name || null,
     inflater: conn.inflater ? conn.inflater.constructor.name : null,
+    tls: Boolean(conn.conn && conn.conn.encrypted),
+    tls_protocol: conn.conn && conn.conn.getProtocol ? conn.conn.getProtocol() : null,
     nops: conn._nops,
   }
 }
@@ -209,6 +214,25 @@ const scenarios = {
     // deflateLevel 9 is above nsqd's --max-deflate-level (6): nsqd must answer 6
     await compression(address, topic, out, obs, {deflate: true, deflateLevel: 9})
   },
+
+  async tls(address, topic, out, obs) {
+    await compression(address, topic, out, obs, tlsOptions())
+  },
+
+  async tls_snappy(address, topic, out, obs) {
+    await compression(address, topic, out, obs, {...tlsOptions(), snappy: true})
+  },
+
+  async tls_deflate(address, topic, out, obs) {
+    await compression(address, topic, out, obs, {...tlsOptions(), deflate: true, deflateLevel: 9})
+  },
+}
+
+let caFile = null
+
+function tlsOptions() {
+  if (!caFile) throw new Error('the tls scenarios need a CA certificate file argument')
+  return {tls: true, tlsVerification: true, ca: fs.readFileSync(caFile)}
 }
 
 async function compression(address, topic, out, obs, options) {
@@ -251,7 +275,8 @@ function finish(out, obs) {
 }
 
 async function main() {
-  const [scenario, address, topic] = process.argv.slice(2)
+  const [scenario, address, topic, ca] = process.argv.slice(2)
+  caFile = ca || null
   const out = {ok: false, scenario}
   const obs = new Observer()
   const deadline = setTimeout(() => {
