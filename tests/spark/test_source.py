@@ -205,6 +205,7 @@ def test_available_now_with_tcp_addresses_only_and_an_empty_topic(spark, nsqd, t
     assert spark.table(query.name).count() == 0
 
 
+@pytest.mark.timeout(60)
 def test_options_are_checked_where_the_query_is_defined(spark):
     from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError

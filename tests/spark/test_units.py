@@ -12,12 +12,14 @@ from nsqpy.pipeline.events import BOT_AGENT, ClickStream
 from nsqpy.spark.options import Options, connection_options, connection_settings
 from nsqpy.spark.source import NsqStreamReader, SourceConfig, channel_backlog
 
+pytestmark = pytest.mark.timeout(60)
+
 
 def test_option_keys_ignore_case_and_separators():
     opts = Options({"NSQD_TCP_ADDRESSES": "a:1", "max-batch-size": "5", "checkpointLocation": "/x"},
                    {"nsqdTcpAddresses", "maxBatchSize"})
     assert opts.get("nsqdTcpAddresses") == "a:1"
-    assert opts.int("maxBatchSize", 1) == 5
+    assert opts.get_int("maxBatchSize", 1) == 5
     with pytest.raises(ValueError, match="unknown nsq option.*maxBatchSizes"):
         Options({"maxBatchSizes": "5"}, {"maxBatchSize"})
 

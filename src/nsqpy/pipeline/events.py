@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import orjson
 
@@ -60,7 +60,7 @@ class ClickStream:
     def ts(self, i: int) -> int:
         return self.start_ms + i * MINUTE_MS // self.events_per_minute
 
-    def events(self) -> Iterator[dict]:
+    def events(self) -> Iterator[dict[str, Any]]:
         """Clicks (and heartbeats) in event-time order."""
         rng = random.Random(self.seed * 1_000_003)
         normal = [f"u{i:04d}" for i in range(self.users) if f"u{i:04d}" not in self.spam_users]

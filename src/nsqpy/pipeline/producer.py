@@ -9,7 +9,7 @@ import argparse
 import itertools
 import time
 import urllib.request
-from typing import Iterable
+from typing import Any, Iterable
 
 import orjson
 
@@ -20,9 +20,9 @@ from nsqpy.client.lookupd import ACCEPT
 from .events import ClickStream
 
 
-def lookupd_nodes(lookupd_http: Iterable[str]) -> list[dict]:
+def lookupd_nodes(lookupd_http: Iterable[str]) -> list[dict[str, str]]:
     """Every nsqd registered with any of these nsqlookupd (``/nodes``), deduplicated."""
-    seen: dict[str, dict] = {}
+    seen: dict[str, dict[str, str]] = {}
     for addr in lookupd_http:
         base = addr if "://" in addr else f"http://{addr}"
         req = urllib.request.Request(f"{base}/nodes", headers={"Accept": ACCEPT})
@@ -45,7 +45,7 @@ def nodes_from_lookupd(lookupd_http: Iterable[str]) -> list[str]:
 
 def publish_clicks(
     stream: ClickStream, nsqd_tcp: list[str], topic: str = "clicks", rate: float = 0.0, chunk: int = 500
-) -> dict:
+) -> dict[str, Any]:
     """Publish every event; ``rate`` bounds events per second (0: as fast as nsqd takes them)."""
     pubs = [SyncPublisher(a, timeout=30) for a in nsqd_tcp]
     rr = itertools.cycle(pubs)

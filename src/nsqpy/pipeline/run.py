@@ -47,14 +47,15 @@ CHECK_CHANNEL = "pipeline_check"
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=0.5):
                 return
@@ -67,7 +68,7 @@ class LocalCluster:
     """nsqlookupd + ``nodes`` nsqd as subprocesses on free loopback ports, stopped by PID."""
 
     def __init__(self, root: Path, nodes: int = 1) -> None:
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
         self.root = root
         bindir = Path(sys.executable).parent
         root.mkdir(parents=True, exist_ok=True)
@@ -191,13 +192,13 @@ def lookup_topic(lookupd_http: list[str], topic: str) -> set[str]:
     return found
 
 
-def read_alerts(nsqd_tcp: list[str], topic: str, idle: float = 2.0) -> list[dict]:
+def read_alerts(nsqd_tcp: list[str], topic: str, idle: float = 2.0) -> list[dict[str, Any]]:
     """Everything on ``topic``/pipeline_check until ``idle`` seconds pass without a message."""
     import asyncio
 
     from nsqpy.client import Consumer
 
-    alerts: list[dict] = []
+    alerts: list[dict[str, Any]] = []
 
     async def main() -> None:
         last = [time.monotonic()]
@@ -303,7 +304,7 @@ def run_pipeline(
         _log(f"metrics: streaming and batch agree ({result['stream_rows']} rows, {result['stream_clicks']} clicks)")
 
         expected_alerts = {r.alert_id: r.asDict() for r in batch_spam(spark, cfg, fmt).collect()}
-        got: dict[str, dict] = {}
+        got: dict[str, dict[str, Any]] = {}
 
         def alerts_in() -> bool:
             _check(queries)

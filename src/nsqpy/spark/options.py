@@ -57,7 +57,7 @@ class Options:
             raise ValueError(f"nsq option {key!r} is required")
         return value
 
-    def int(self, key: str, default: int, minimum: int | None = None) -> int:
+    def get_int(self, key: str, default: int, minimum: int | None = None) -> int:
         text = self.get(key)
         if text is None:
             return default
@@ -69,7 +69,7 @@ class Options:
             raise ValueError(f"nsq option {key!r} must be >= {minimum}, not {value}")
         return value
 
-    def bool(self, key: str, default: bool = False) -> bool:
+    def get_bool(self, key: str, default: bool = False) -> bool:
         text = self.get(key)
         if text is None:
             return default
@@ -115,16 +115,16 @@ def connection_settings(opts: Options) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "snappy": compression == "snappy",
         "deflate": compression == "deflate",
-        "deflate_level": opts.int("deflateLevel", 6, 1),
-        "tls": opts.bool("tls") or bool(opts.get("tlsCaFile") or opts.get("tlsCertFile")),
+        "deflate_level": opts.get_int("deflateLevel", 6, 1),
+        "tls": opts.get_bool("tls") or bool(opts.get("tlsCaFile") or opts.get("tlsCertFile")),
         "tls_ca_file": opts.get("tlsCaFile"),
         "tls_cert_file": opts.get("tlsCertFile"),
         "tls_key_file": opts.get("tlsKeyFile"),
-        "tls_insecure": opts.bool("tlsInsecureSkipVerify"),
+        "tls_insecure": opts.get_bool("tlsInsecureSkipVerify"),
         "tls_server_hostname": opts.get("tlsServerHostname"),
         "auth_secret": opts.get("authSecret"),
-        "connect_timeout": opts.int("connectTimeoutMs", 5000, 1) / 1000.0,
-        "heartbeat_interval": opts.int("heartbeatIntervalMs", 30000, 1000) / 1000.0,
+        "connect_timeout": opts.get_int("connectTimeoutMs", 5000, 1) / 1000.0,
+        "heartbeat_interval": opts.get_int("heartbeatIntervalMs", 30000, 1000) / 1000.0,
         "client_id": opts.get("clientId"),
         "user_agent": opts.get("userAgent") or SPARK_USER_AGENT,
     }

@@ -25,7 +25,7 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
@@ -35,14 +35,19 @@ from nsqpy.protocol.names import is_valid_name
 
 from .options import CONNECTION_KEYS, Options, connection_options, connection_settings
 
-try:  # PySpark >= 4.1
+if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
 
     _STREAM_ARROW = True
-except ImportError:  # pragma: no cover - PySpark 4.0 has only the row-based stream writer
-    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
+else:
+    try:  # PySpark >= 4.1
+        from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
 
-    _STREAM_ARROW = False
+        _STREAM_ARROW = True
+    except ImportError:  # pragma: no cover - PySpark 4.0 has only the row-based stream writer
+        from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
+
+        _STREAM_ARROW = False
 
 log = logging.getLogger("nsqpy.spark")
 
@@ -91,10 +96,10 @@ class SinkConfig:
             body_index=body_index,
             body_is_string=isinstance(body_type, StringType),
             topic_index=topic_index,
-            mpub_size=opts.int("mpubSize", 2000, 1),
-            mpub_bytes=opts.int("mpubBytes", 1024 * 1024, 16),
-            max_pending=opts.int("maxPendingMpubs", 2, 1),
-            publish_timeout=opts.int("publishTimeoutMs", 60000, 1) / 1000.0,
+            mpub_size=opts.get_int("mpubSize", 2000, 1),
+            mpub_bytes=opts.get_int("mpubBytes", 1024 * 1024, 16),
+            max_pending=opts.get_int("maxPendingMpubs", 2, 1),
+            publish_timeout=opts.get_int("publishTimeoutMs", 60000, 1) / 1000.0,
             connection=connection_settings(opts),
         )
 
@@ -119,7 +124,7 @@ def _io_thread() -> LoopThread:
     with _lock:
         if _state["pid"] != os.getpid():  # first use, or a forked child of a process that had one
             _state.update(pid=os.getpid(), io=LoopThread(name="nsqpy-spark-sink"))
-        return _state["io"]
+        return cast(LoopThread, _state["io"])
 
 
 def _connect(cfg: SinkConfig) -> tuple[LoopThread, Producer]:
@@ -140,7 +145,8 @@ def _connect(cfg: SinkConfig) -> tuple[LoopThread, Producer]:
             raise
         return producer
 
-    return io, io.run(make(), timeout=cfg.connection["connect_timeout"] + 5)
+    producer: Producer = io.run(make(), timeout=cfg.connection["connect_timeout"] + 5)
+    return io, producer
 
 
 def publish_batches(cfg: SinkConfig, batches: Iterator[Any]) -> NsqCommitMessage:
@@ -153,8 +159,8 @@ def publish_batches(cfg: SinkConfig, batches: Iterator[Any]) -> NsqCommitMessage
 
 
 def _publish(cfg: SinkConfig, batches: Iterator[Any], io: LoopThread, producer: Producer) -> NsqCommitMessage:
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     window: deque[Future[None]] = deque()
     pending: dict[str, tuple[list[bytes], int]] = {}  # topic -> (bodies, bytes)
@@ -266,7 +272,7 @@ class NsqWriter(DataSourceArrowWriter):
         _log_commit([m for m in messages if m is not None], "failed job (already sent, not undone)")
 
 
-class NsqStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
+class NsqStreamWriter(_StreamWriterBase):
     """Streaming sink (``df.writeStream.format("nsq")``); commit() runs on the driver, per batch."""
 
     def __init__(self, options: Any, schema: StructType) -> None:

@@ -41,7 +41,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Coroutine, Iterator
 
 import orjson
 from pyspark.errors import PySparkNotImplementedError
@@ -140,9 +140,9 @@ class SourceConfig:
         lookupd = opts.http_addresses("lookupdHttpAddresses")
         if not nsqd_tcp and not lookupd:
             raise ValueError("the nsq source needs nsqd_tcp_addresses and/or lookupd_http_addresses")
-        batch = opts.int("maxBatchSize", 20000, 1)
-        msg_timeout_ms = opts.int("msgTimeoutMs", 30000, 1000)
-        touch_ms = opts.int("touchIntervalMs", max(500, msg_timeout_ms // 3), 100)
+        batch = opts.get_int("maxBatchSize", 20000, 1)
+        msg_timeout_ms = opts.get_int("msgTimeoutMs", 30000, 1000)
+        touch_ms = opts.get_int("touchIntervalMs", max(500, msg_timeout_ms // 3), 100)
         if touch_ms >= msg_timeout_ms:
             raise ValueError("touchIntervalMs must be shorter than msgTimeoutMs")
         return cls(
@@ -152,17 +152,17 @@ class SourceConfig:
             lookupd_http=lookupd,
             nsqd_http=opts.http_addresses("nsqdHttpAddresses"),
             max_batch_size=batch,
-            poll_timeout=opts.int("pollTimeoutMs", 100, 0) / 1000.0,
-            max_in_flight=opts.int("maxInFlight", 2 * batch, 1),
-            conns_per_node=opts.int("connectionsPerNode", 0, 0),
+            poll_timeout=opts.get_int("pollTimeoutMs", 100, 0) / 1000.0,
+            max_in_flight=opts.get_int("maxInFlight", 2 * batch, 1),
+            conns_per_node=opts.get_int("connectionsPerNode", 0, 0),
             msg_timeout=msg_timeout_ms / 1000.0,
             touch_interval=touch_ms / 1000.0,
-            output_buffer_size=opts.int("outputBufferSize", 65536, 64),
-            output_buffer_timeout=opts.int("outputBufferTimeoutMs", 50, 1) / 1000.0,
-            lookupd_poll_interval=opts.int("lookupdPollIntervalMs", 60000, 10) / 1000.0,
-            available_now_idle=opts.int("availableNowIdleTimeoutMs", 2000, 0) / 1000.0,
-            start_timeout=opts.int("startTimeoutMs", 10000, 0) / 1000.0,
-            reconnect_interval=opts.int("reconnectIntervalMs", 1000, 10) / 1000.0,
+            output_buffer_size=opts.get_int("outputBufferSize", 65536, 64),
+            output_buffer_timeout=opts.get_int("outputBufferTimeoutMs", 50, 1) / 1000.0,
+            lookupd_poll_interval=opts.get_int("lookupdPollIntervalMs", 60000, 10) / 1000.0,
+            available_now_idle=opts.get_int("availableNowIdleTimeoutMs", 2000, 0) / 1000.0,
+            start_timeout=opts.get_int("startTimeoutMs", 10000, 0) / 1000.0,
+            reconnect_interval=opts.get_int("reconnectIntervalMs", 1000, 10) / 1000.0,
             connection=connection_settings(opts),
         )
 
@@ -221,13 +221,13 @@ class NsqStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
             self._rt = _SourceRuntime(self.config)
         return self._rt
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         return {"seq": 0, "flush": 0}
 
-    def read(self, start: dict) -> tuple[Iterator[Any], dict]:
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[Any], dict[str, Any]]:
         return self._runtime().read(start)
 
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
+    def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Any]:
         # a batch replayed after a restart: its messages were never FINed and come back from
         # nsqd when their msg_timeout expires, in a later batch
         if end != start:
@@ -235,7 +235,7 @@ class NsqStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
                      "its messages after their msg_timeout", start, end)
         return iter([])
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         if self._rt is not None:
             self._rt.commit(end)
 
@@ -424,8 +424,8 @@ class _SourceRuntime:
             except TimeoutError:
                 log.warning("nsq source: not every nsqd answered within %.1fs", cfg.start_timeout)
 
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
@@ -628,7 +628,7 @@ class _SourceRuntime:
                 out.append(msg)
         return out
 
-    def read(self, start: dict) -> tuple[Iterator[Any], dict]:
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[Any], dict[str, Any]]:
         seq = int(start.get("seq", 0))
         flush = int(start.get("flush", 0))
         while True:
@@ -658,7 +658,7 @@ class _SourceRuntime:
             self._available_now_idle()
 
     def _to_arrow(self, msgs: list[Message]) -> Any:
-        import pyarrow as pa
+        import pyarrow as pa  # type: ignore[import-untyped]
 
         n = len(msgs)
         cfg = self.cfg
@@ -673,7 +673,7 @@ class _SourceRuntime:
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         upto = int(end.get("seq", 0))
         with self.lock:
             keys = [k for k in self.pending if k <= upto]
