@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from helpers.servers import unique_name
@@ -65,9 +66,26 @@ def kill_tree(proc: subprocess.Popen) -> None:
     wait_until(lambda: not any(alive(p) for p in tree), 20, what="the killed driver's processes to exit")
 
 
-def committed_batches(ckpt: Path) -> int:
+def _offset_seq(ckpt: Path, batch: int) -> int:
+    """The source's end offset ``seq`` of a planned batch (last line of offsets/<batch>)."""
+    if batch < 0:
+        return 0
+    lines = (ckpt / "offsets" / str(batch)).read_text().splitlines()
+    return int(orjson.loads(lines[-1])["seq"])
+
+
+def committed_data_batch(ckpt: Path, at_least: int) -> bool:
+    """The last batch Spark committed carried messages (it is not an ack-flush batch) and is at
+    least the ``at_least``-th: its messages now wait for the FIN the next planning sends."""
     commits = ckpt / "commits"
-    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
+    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    if not done or max(done) + 1 < at_least:
+        return False
+    last = max(done)
+    try:
+        return _offset_seq(ckpt, last) > _offset_seq(ckpt, last - 1)
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 def run_driver(mode: str, nsqd, topic: str, work: Path, log: Path, *extra: str) -> subprocess.Popen:
@@ -90,8 +108,8 @@ def test_kill9_driver_mid_stream_then_restart_delivers_everything(spark, nsqd, t
     # waits 4 s before the FIN, so killing right after a commit makes that batch come again
     proc = run_driver("stream", nsqd, topic, work, log, "--max-in-flight=300", "--poll-ms=4000")
     try:
-        wait_until(lambda: committed_batches(work / "ckpt") >= 3 or proc.poll() is not None, 150,
-                   interval=0.1, what="three committed micro-batches")
+        wait_until(lambda: committed_data_batch(work / "ckpt", 3) or proc.poll() is not None, 150,
+                   interval=0.1, what="a third committed micro-batch with data")
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
     finally:
         kill_tree(proc)

@@ -99,7 +99,7 @@ def test_stopped_mid_stream_and_restarted_loses_nothing(spark, nsqd_factory, tmp
 
 @pytest.mark.timeout(120)
 def test_slow_sink_longer_than_msg_timeout_causes_no_redelivery(spark, nsqd, tmp_path):
-    """Batches take 2.5 s with a 1 s msg timeout: TOUCH keeps every held message ours, and the
+    """Batches take 3 s with a 1.5 s msg timeout: TOUCH keeps every held message ours, and the
     I/O thread answers nsqd's 1 s heartbeats (two missed ones and nsqd drops the connection)."""
     topic = unique_name("slow")
     n = 600
@@ -109,11 +109,11 @@ def test_slow_sink_longer_than_msg_timeout_causes_no_redelivery(spark, nsqd, tmp
 
     def slow_sink(batch_df, batch_id: int) -> None:
         rows = batch_df.select("id", "attempts").collect()
-        time.sleep(2.5)
+        time.sleep(3.0)
         seen.extend((r.id, r.attempts) for r in rows)
 
     query = (
-        nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=200, msgTimeoutMs=1000, touchIntervalMs=250,
+        nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=200, msgTimeoutMs=1500, touchIntervalMs=300,
                    heartbeatIntervalMs=1000)
         .writeStream.foreachBatch(slow_sink)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
