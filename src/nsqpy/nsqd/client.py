@@ -63,6 +63,10 @@ DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
 TLS_HANDSHAKE_TIMEOUT = 5.0  # upstream's deadline for the in-band upgrade
 # a subscribed connection whose peer does not read stops being read past this much unsent data
 READ_PAUSE_BYTES = 1 << 20
+# deflate output handled per event-loop turn: a small "deflate bomb" is inflated step by step
+INFLATE_STEP = 256 * 1024
+# a closed connection whose peer never reads what we still had to send is aborted after this
+CLOSE_GRACE = 5.0
 
 # gate states (``ClientV2._gate``); None = commands run as they arrive
 _G_MAGIC = 1     # the 4-byte protocol magic has not arrived yet
@@ -161,6 +165,7 @@ class ClientV2(asyncio.Protocol):
         self._flush_pending = False
         self._compress: Callable[[bytes], bytes] | None = None
         self._decompress: Callable[[bytes], bytes] | None = None
+        self._inflater: DeflateCodec | None = None  # set with deflate: its output is bounded
         self._last_read = _monotonic()
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._closed = False
@@ -196,13 +201,25 @@ class ClientV2(asyncio.Protocol):
             self._gated_data(data)
             return
         if self._decompress is not None:
-            try:
-                data = self._decompress(data)
-            except CompressionError as err:
-                self.nsqd.logger.error("client(%s) %s", self.remote_address, err)
-                self.close_connection()
-                return
+            self._feed_compressed(data)
+            return
         self._process(self.parser.feed(data))
+
+    def _feed_compressed(self, data: bytes) -> None:
+        try:
+            data = self._decompress(data)  # type: ignore[misc]
+        except CompressionError as err:
+            self.nsqd.logger.error("client(%s) %s", self.remote_address, err)
+            self.close_connection()
+            return
+        self._process(self.parser.feed(data))
+        inflater = self._inflater
+        if inflater is not None and inflater.pending and not self._closed and self._gate is None:
+            # more output waits inside the inflater: take it on the next turn, reading paused
+            self._gate = _G_HOLD
+            self._hold_reads = True
+            self._update_reading()
+            self.nsqd.loop.call_soon(self._release)
 
     def _gated_data(self, data: bytes) -> None:
         gate = self._gate
@@ -233,13 +250,9 @@ class ClientV2(asyncio.Protocol):
                 self._update_reading()
         if data:
             if self._decompress is not None:
-                try:
-                    data = self._decompress(data)
-                except CompressionError as err:
-                    self.nsqd.logger.error("client(%s) %s", self.remote_address, err)
-                    self.close_connection()
-                    return
-            self._process(self.parser.feed(data))
+                self._feed_compressed(data)
+            else:
+                self._process(self.parser.feed(data))
 
     def _process(self, items: list) -> None:
         handlers = self._handlers
@@ -363,14 +376,19 @@ class ClientV2(asyncio.Protocol):
             if self._gate is not None or self._closed:
                 return
         raw, self._held_raw = self._held_raw, None
-        if raw:
-            self.data_received(bytes(raw))
+        inflater = self._inflater
+        if raw or (inflater is not None and inflater.pending):
+            self.data_received(bytes(raw) if raw else b"")
             if self._gate is not None or self._closed:
                 return
         self._gate = self._base_gate()
         self._update_reading()
         if self.out:
             self._flush()
+
+    def _abort_unsent(self) -> None:
+        if not self._lost and self.transport is not None:
+            self.transport.abort()
 
     def _unknown_command(self, name: bytes) -> None:
         text = name.decode("utf-8", "replace")
@@ -415,6 +433,10 @@ class ClientV2(asyncio.Protocol):
         if self.transport is not None:
             self._flush()
             self.transport.close()
+            if self.transport is not None and self.transport.get_write_buffer_size():
+                # close() waits until everything is sent: a peer that never reads would pin
+                # the connection (and its buffer) forever
+                self.nsqd.loop.call_later(CLOSE_GRACE, self._abort_unsent)
         elif self._raw_transport is not None:  # mid-handshake: nothing can be said in clear text
             self._raw_transport.abort()
 
@@ -567,7 +589,7 @@ class ClientV2(asyncio.Protocol):
         if snappy:
             codec = SnappyCodec()
         elif deflate:
-            codec = DeflateCodec(level)
+            codec = DeflateCodec(level, max_output=INFLATE_STEP)
         if tls:
             if self.parser.take_buffer():
                 # the handshake must start after our answer; bytes sent before it are lost
@@ -594,6 +616,7 @@ class ClientV2(asyncio.Protocol):
             self.snappy = True
         else:
             self.deflate = True
+            self._inflater = codec
         self._compress = codec.compress
         self._decompress = codec.decompress
         self.out.append(OK_FRAME)  # the first compressed frame
