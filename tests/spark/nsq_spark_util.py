@@ -60,9 +60,10 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
         time.sleep(interval)
 
 
-def drain(address: str, topic: str, n: int, channel: str = "verify", timeout: float = 30.0, settle: float = 0.5) -> list[bytes]:
+def drain(address: str, topic: str, n: int, channel: str = "verify", timeout: float = 30.0, settle: float = 0.5,
+          **options: object) -> list[bytes]:
     """Consume (and FIN) what ``topic`` has for ``channel``: at least ``n`` messages or until timeout,
-    then ``settle`` seconds more to catch any extra copies."""
+    then ``settle`` seconds more to catch any extra copies. ``options``: ConnectionOptions (tls=...)."""
     bodies: list[bytes] = []
 
     async def main() -> None:
@@ -73,7 +74,7 @@ def drain(address: str, topic: str, n: int, channel: str = "verify", timeout: fl
             if len(bodies) >= n:
                 done.set()
 
-        async with Consumer(topic, channel, handle, nsqd_tcp_addresses=[address], max_in_flight=2500):
+        async with Consumer(topic, channel, handle, nsqd_tcp_addresses=[address], max_in_flight=2500, **options):
             try:
                 async with asyncio.timeout(timeout):
                     await done.wait()

@@ -260,3 +260,102 @@ def test_tls_asked_for_but_not_negotiated_fails_instead_of_sending_in_clear(spar
         (spark.createDataFrame([(b"x",)], "body binary").write.format("nsq").mode("append")
          .option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", topic).option("tls", "true").save())
     assert channel_stats(nsqd.http_address, topic, "spark")["depth"] == 10
+
+
+@pytest.mark.timeout(90)
+def test_tls_both_ways(spark, nsqd_factory, tmp_path):
+    """nsqd with a certificate, TLS required on TCP: the source reads and the sink publishes over
+    TLS (verified against the CA file), with snappy stacked on top for the sink."""
+    import ssl
+    import subprocess
+
+    from nsqpy.client import http_mpublish
+
+    from spark.nsq_spark_util import drain
+
+    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(crt),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True, timeout=30)
+    from helpers.servers import free_port
+
+    # tcp-https: TLS required on TCP, plain HTTP still served (for the fixtures' /ping and /stats)
+    nsqd = nsqd_factory(f"--tls-cert={crt}", f"--tls-key={key}", "--tls-required=tcp-https",
+                        f"--https-address=127.0.0.1:{free_port()}")
+    topic, copy = unique_name("tlsin"), unique_name("tlsout")
+    create_channel(nsqd.http_address, topic, "spark")
+    create_channel(nsqd.http_address, copy, "verify")
+    bodies = [b"secret-%d" % i for i in range(500)]
+    http_mpublish(nsqd.http_address, topic, bodies)  # plain TCP publishing is refused (TLS required)
+    query = (
+        nsq_stream(spark, topic, nsqd=nsqd, tls="true", tlsCaFile=str(crt)).select("body")
+        .writeStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", copy)
+        .option("tls", "true").option("tlsCaFile", str(crt)).option("compression", "snappy")
+        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+    )
+    assert query.awaitTermination(60)
+    assert query.exception() is None
+    ctx = ssl.create_default_context(cafile=str(crt))
+    assert sorted(drain(nsqd.tcp_address, copy, 500, tls=ctx)) == sorted(bodies)
+
+
+@pytest.mark.timeout(90)
+def test_auth_secret_both_ways_and_a_wrong_secret_fails_the_query(spark, nsqd_factory, tmp_path):
+    """nsqd asks an auth server about every client's secret: with the right one the source and
+    the sink work, with a wrong one the query fails (E_AUTH_FAILED is not worth retrying)."""
+    import http.server
+    import threading
+    import urllib.parse
+
+    import orjson
+    from pyspark.errors import PySparkException
+
+    from spark.nsq_spark_util import drain
+
+    class Auth(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # upstream's protocol: GET /auth?secret=...&remote_ip=...&tls=...
+            secret = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("secret", [""])[0]
+            if secret != "let-me-in":
+                self.send_response(403)
+                self.end_headers()
+                return
+            body = orjson.dumps({"ttl": 3600, "identity": "spark", "authorizations": [
+                {"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Auth)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        nsqd = nsqd_factory(f"--auth-http-address=127.0.0.1:{server.server_address[1]}")
+        topic, copy = unique_name("authin"), unique_name("authout")
+        create_channel(nsqd.http_address, topic, "spark")
+        create_channel(nsqd.http_address, copy, "verify")
+        from nsqpy.client import http_mpublish
+
+        bodies = [b"a-%d" % i for i in range(300)]
+        http_mpublish(nsqd.http_address, topic, bodies)
+        query = (
+            nsq_stream(spark, topic, nsqd=nsqd, authSecret="let-me-in").select("body")
+            .writeStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", copy)
+            .option("authSecret", "let-me-in").option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True).start()
+        )
+        assert query.awaitTermination(60)
+        assert query.exception() is None
+        assert sorted(drain(nsqd.tcp_address, copy, 300, auth_secret="let-me-in")) == sorted(bodies)
+
+        query = (nsq_stream(spark, topic, nsqd=nsqd, authSecret="wrong").writeStream.format("noop")
+                 .option("checkpointLocation", str(tmp_path / "ckpt2")).start())
+        with pytest.raises(PySparkException, match="E_AUTH_FAILED"):
+            query.awaitTermination(30)
+    finally:
+        server.shutdown()
+        server.server_close()
