@@ -199,3 +199,17 @@ async def test_http_publish_helpers(servers):
     assert sorted(m.body for m in got) == sorted(
         [b"h1", b"h2\nwith newline", b"h3", b"h4", b"h5", b"h6", b"h7", b"h8", b"h9"]
     )
+
+
+async def test_tls_requested_never_falls_back_to_clear_text(servers):
+    """An nsqd without TLS must not get our traffic in clear when we asked for TLS."""
+    import ssl
+
+    from nsqpy.client import IdentifyError, NotConnectedError
+
+    node = servers.nsqd()
+    ctx = ssl.create_default_context()
+    producer = Producer(node.tcp_address, tls=ctx, retries=0)
+    with pytest.raises((IdentifyError, NotConnectedError)):
+        await asyncio.wait_for(producer.connect(), 10)
+    await producer.close()

@@ -553,6 +553,12 @@ class NSQConnection(asyncio.Protocol):
             self._fail_waiter(IdentifyError(f"{self.address}: nsqd started TLS unasked"))
             self._protocol_failure(None)
             return False
+        if self.options.tls is not None and not resp.get("tls_v1"):
+            # never fall back to clear text when TLS was asked for (go-nsq and pynsq silently do)
+            self._fail_waiter(IdentifyError(f"{self.address}: TLS requested but nsqd did not "
+                                            "negotiate tls_v1"))
+            self._protocol_failure(None)
+            return False
         self.identify_response = resp
         self.max_rdy_count = int(resp.get("max_rdy_count", DEFAULT_MAX_RDY))
         self._resolve(payload)
