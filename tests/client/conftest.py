@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.servers import Nsqd, ServerProcess, free_port
+from helpers.servers import Nsqd, Nsqlookupd, ServerProcess
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -27,25 +27,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
         asyncio.run(pyfuncitem.obj(**args))
         return True
     return None
-
-
-class Nsqlookupd(ServerProcess):
-    def __init__(self, data_dir: Path, *extra: str, tcp_port: int | None = None,
-                 http_port: int | None = None) -> None:
-        self.tcp_port = tcp_port or free_port()
-        self.http_port = http_port or free_port()
-        data_dir.mkdir(parents=True, exist_ok=True)
-        argv = [str(VENV_BIN / "nsqlookupd"), f"--tcp-address=127.0.0.1:{self.tcp_port}",
-                f"--http-address=127.0.0.1:{self.http_port}", "--broadcast-address=127.0.0.1", *extra]
-        super().__init__(argv, f"http://127.0.0.1:{self.http_port}/ping", data_dir / "nsqlookupd.log")
-
-    @property
-    def tcp_address(self) -> str:
-        return f"127.0.0.1:{self.tcp_port}"
-
-    @property
-    def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
 
 
 def have_nsqlookupd() -> bool:

@@ -74,17 +74,25 @@ class ServerProcess:
         self.stop(signal.SIGKILL)
 
 
-class Nsqd(ServerProcess):
-    def __init__(self, data_path: Path, *extra: str, tcp_port: int | None = None,
+class NsqServer(ServerProcess):
+    """An nsqd or nsqlookupd on 127.0.0.1 with a TCP and an HTTP port (kept across restarts)."""
+
+    program = ""
+
+    def __init__(self, directory: Path, *extra: str, tcp_port: int | None = None,
                  http_port: int | None = None) -> None:
+        self.directory = directory
         self.tcp_port = tcp_port or free_port()
         self.http_port = http_port or free_port()
-        self.data_path = data_path
-        data_path.mkdir(parents=True, exist_ok=True)
-        argv = [str(VENV_BIN / "nsqd"), f"--tcp-address=127.0.0.1:{self.tcp_port}",
-                f"--http-address=127.0.0.1:{self.http_port}", f"--data-path={data_path}",
-                "--broadcast-address=127.0.0.1", *extra]
-        super().__init__(argv, f"http://127.0.0.1:{self.http_port}/ping", data_path / "nsqd.log")
+        directory.mkdir(parents=True, exist_ok=True)
+        argv = [str(VENV_BIN / self.program), f"--tcp-address=127.0.0.1:{self.tcp_port}",
+                f"--http-address=127.0.0.1:{self.http_port}", "--broadcast-address=127.0.0.1",
+                *self.own_flags(), *extra]
+        super().__init__(argv, f"http://127.0.0.1:{self.http_port}/ping",
+                         directory / f"{self.program}.log")
+
+    def own_flags(self) -> list[str]:
+        return []
 
     @property
     def tcp_address(self) -> str:
@@ -94,33 +102,25 @@ class Nsqd(ServerProcess):
     def http_address(self) -> str:
         return f"127.0.0.1:{self.http_port}"
 
-    def restart(self, *extra: str) -> "Nsqd":
+    def restart(self, *extra: str):
+        """Stop, then start the same program on the same ports and directory."""
         self.stop()
-        return Nsqd(self.data_path, *extra, tcp_port=self.tcp_port, http_port=self.http_port)
+        return type(self)(self.directory, *extra, tcp_port=self.tcp_port, http_port=self.http_port)
 
 
-class Nsqlookupd(ServerProcess):
-    def __init__(self, log_dir: Path, *extra: str, tcp_port: int | None = None,
-                 http_port: int | None = None) -> None:
-        self.tcp_port = tcp_port or free_port()
-        self.http_port = http_port or free_port()
-        self.log_dir = log_dir
-        log_dir.mkdir(parents=True, exist_ok=True)
-        argv = [str(VENV_BIN / "nsqlookupd"), f"--tcp-address=127.0.0.1:{self.tcp_port}",
-                f"--http-address=127.0.0.1:{self.http_port}", "--broadcast-address=127.0.0.1", *extra]
-        super().__init__(argv, f"http://127.0.0.1:{self.http_port}/ping", log_dir / "nsqlookupd.log")
+class Nsqd(NsqServer):
+    program = "nsqd"
 
     @property
-    def tcp_address(self) -> str:
-        return f"127.0.0.1:{self.tcp_port}"
+    def data_path(self) -> Path:
+        return self.directory
 
-    @property
-    def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
+    def own_flags(self) -> list[str]:
+        return [f"--data-path={self.directory}"]
 
-    def restart(self, *extra: str) -> "Nsqlookupd":
-        self.stop()
-        return Nsqlookupd(self.log_dir, *extra, tcp_port=self.tcp_port, http_port=self.http_port)
+
+class Nsqlookupd(NsqServer):
+    program = "nsqlookupd"
 
 
 def unique_name(prefix: str = "t") -> str:
