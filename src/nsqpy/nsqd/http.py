@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import logging
 import re
 import socket
 import ssl
@@ -40,6 +41,7 @@ from urllib.parse import unquote_to_bytes
 import orjson
 from aiohttp import web
 from aiohttp.http import HttpVersion11
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.addr import is_unix_socket, split_host_port
@@ -76,6 +78,30 @@ class HttpError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class _ServerLog(logging.Handler):
+    """aiohttp's own server log. A malformed request is answered 400 and is the client's problem:
+    like Go's net/http we do not log it (a hostile client could otherwise fill the log with
+    tracebacks). Anything else goes to nsqd's log."""
+
+    def __init__(self, target: logging.Logger) -> None:
+        super().__init__()
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            return
+        self.target.log(record.levelno, "HTTP: %s%s", record.getMessage(),
+                        f" - {exc!r}" if exc is not None else "")
+
+
+def _server_logger(nsqd: "NSQD") -> logging.Logger:
+    logger = logging.getLogger(f"nsqpy.nsqd.http_server.{id(nsqd)}")
+    logger.handlers = [_ServerLog(nsqd.logger)]
+    logger.propagate = False
+    return logger
 
 
 # --- responses ---------------------------------------------------------------------------------
@@ -419,6 +445,11 @@ class HttpApi:
             response = await handler(request)
         except HttpError as err:
             response = _error(err.status, err.message)
+        except ConnectionError:
+            # the client went away while its body was read: upstream's handlers answer a read
+            # error with 500 INTERNAL_ERROR (nobody receives it), it is not a panic
+            request[_LOG] = True
+            response = _error(500, "INTERNAL_ERROR")
         except Exception as err:  # upstream's panic handler
             self.logger.error("panic in HTTP handler - %s", err, exc_info=True)
             request[_LOG] = True
@@ -779,7 +810,7 @@ async def start_http(nsqd: "NSQD", address: str,
     nsq_stats.install_gc_pause_tracker()
     api = HttpApi(nsqd, tls_enabled=ssl_context is not None)
     label = "HTTPS" if ssl_context is not None else "HTTP"
-    runner = web.AppRunner(api.make_app(), access_log=None)
+    runner = web.AppRunner(api.make_app(), access_log=None, logger=_server_logger(nsqd))
     await runner.setup()
     try:
         if is_unix_socket(address):
