@@ -214,7 +214,7 @@ class ClientV2(asyncio.Protocol):
             return
         self._process(self.parser.feed(data))
         inflater = self._inflater
-        if inflater is not None and inflater.pending and not self._closed and self._gate is None:
+        if inflater is not None and inflater.pending and not self._closed and self._gate != _G_HOLD:
             # more output waits inside the inflater: take it on the next turn, reading paused
             self._gate = _G_HOLD
             self._hold_reads = True
