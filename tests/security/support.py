@@ -182,6 +182,7 @@ class AuthServer:
         else:
             values = dict(request.query)
         self.requests.append({"method": request.method, "path": request.path, "values": values,
+                              "scheme": request.scheme,
                               "raw_query": request.rel_url.raw_query_string, "body": body,
                               "headers": dict(request.headers), "t": time.monotonic()})
         if self.delay:
@@ -195,6 +196,18 @@ class AuthServer:
         data = doc if isinstance(doc, (bytes, str)) else orjson.dumps(doc)
         return web.Response(status=status, body=data if isinstance(data, bytes) else data.encode(),
                             content_type="application/json")
+
+    def serve_https(self, ctx: ssl.SSLContext) -> int:
+        """Also answer on HTTPS (same handler); returns the port."""
+        port = free_port()
+
+        async def start() -> None:
+            assert self._runner is not None
+            await web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=ctx,
+                              reuse_address=True).start()
+
+        self._call(start())
+        return port
 
     def down(self) -> None:
         """Stop listening (the auth server is down); :meth:`close` still cleans up."""

@@ -6,6 +6,7 @@ auth server answers."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 import urllib.request
@@ -211,6 +212,26 @@ def test_full_url_and_several_servers_first_success_wins(secure_nsqd, auth_serve
         wire, _ = authed_wire(node, "s")
         wire.close()
     assert {r["path"] for r in auth_server.requests} == {"/custom/path"}
+
+
+def test_403_with_https_port_is_retried_over_https(secure_nsqd, auth_server, certs):
+    """Upstream's HTTP client follows ``403 {"https_port": N}`` to HTTPS (roots: --tls-root-ca-file)."""
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(certs.server_cert, certs.server_key)
+    https_port = auth_server.serve_https(server_ctx)
+
+    def answer(values):
+        if not auth_server.requests[-1]["scheme"] == "https":
+            return 403, {"message": "TLS_REQUIRED", "https_port": https_port}
+        return grant(identity="via-https", auths=[PUBLISH_ALL])
+
+    auth_server.answers["s"] = answer
+    node = auth_nsqd(secure_nsqd, auth_server, f"--tls-root-ca-file={certs.ca}")
+    wire, resp = authed_wire(node, "s")
+    assert resp["identity"] == "via-https"
+    assert [r["scheme"] for r in auth_server.requests] == ["http", "https"]
+    assert auth_server.requests[0]["raw_query"] == auth_server.requests[1]["raw_query"]
+    wire.close()
 
 
 def test_common_name_and_tls_sent_for_client_certificates(secure_nsqd, auth_server, certs):

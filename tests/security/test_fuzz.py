@@ -318,7 +318,7 @@ def test_fuzz_live_nsqd_http(fuzz_nodes, report):
     started = time.monotonic()
     node = fuzz_nodes[0]
 
-    @fuzz_settings(1000)
+    @fuzz_settings(800)
     @given(http_request(), st.lists(st.integers(0, 200), max_size=3))
     def run(request, cuts):
         nonlocal count

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import orjson
 
@@ -39,8 +39,9 @@ from ..protocol.commands import (
 )
 from ..protocol.compression import CompressionError, DeflateCodec, SnappyCodec
 from ..protocol.errors import (
-    E_AUTH_DISABLED, E_AUTH_FAILED, E_AUTH_FIRST, E_BAD_BODY, E_BAD_CHANNEL, E_DPUB_FAILED,
-    E_IDENTIFY_FAILED, E_INVALID, E_MPUB_FAILED, E_PUB_FAILED, E_SUB_FAILED, E_UNAUTHORIZED,
+    E_AUTH_DISABLED, E_AUTH_ERROR, E_AUTH_FAILED, E_AUTH_FIRST, E_BAD_BODY, E_BAD_CHANNEL,
+    E_DPUB_FAILED, E_IDENTIFY_FAILED, E_INVALID, E_MPUB_FAILED, E_PUB_FAILED, E_SUB_FAILED,
+    E_UNAUTHORIZED,
     ClientError, FatalError, ProtocolError,
 )
 from ..protocol.frames import CLOSE_WAIT_FRAME, HEARTBEAT_FRAME, OK_FRAME, encode_error, encode_response
@@ -170,7 +171,8 @@ class ClientV2(asyncio.Protocol):
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._closed = False
         self._acked = False  # a FIN/REQ freed room under RDY during this data_received
-        self._handlers = _AUTH_HANDLERS if nsqd.auth is not None else _HANDLERS
+        self._handlers: dict[bytes, Callable[..., None]] = (
+            _AUTH_HANDLERS if nsqd.auth is not None else _HANDLERS)
         if opts.tls_required != TLS_REQUIRED_FALSE:
             self._handlers = _TLS_REQUIRED_HANDLERS
             self.parser.pre_body_check = _tls_required_pre_body
@@ -390,7 +392,7 @@ class ClientV2(asyncio.Protocol):
         if not self._lost and self.transport is not None:
             self.transport.abort()
 
-    def _unknown_command(self, name: bytes) -> None:
+    def _unknown_command(self, name: bytes) -> NoReturn:
         text = name.decode("utf-8", "replace")
         if self._handlers is _TLS_REQUIRED_HANDLERS:
             raise FatalError(E_INVALID, f"cannot {text} in current state (TLS required)")
@@ -652,8 +654,9 @@ class ClientV2(asyncio.Protocol):
             return
         self._task = None
         self._raw_transport = None
-        if self._closed:  # closed while the handshake finished
-            transport.abort()
+        if transport is None or self._closed:  # closed while the handshake finished
+            if transport is not None:
+                transport.abort()
             self.connection_lost(None)
             return
         self.transport = transport  # type: ignore[assignment]
@@ -709,9 +712,13 @@ class ClientV2(asyncio.Protocol):
             if not state.authorizations:
                 self._fatal(FatalError(E_UNAUTHORIZED, "AUTH no authorizations found"))
                 return
-            self._send_now(encode_response(go_json({
-                "identity": state.identity, "identity_url": state.identity_url,
-                "permission_count": len(state.authorizations)})))
+            try:
+                answer = go_json({"identity": state.identity, "identity_url": state.identity_url,
+                                  "permission_count": len(state.authorizations)})
+            except (TypeError, ValueError) as err:  # upstream's json.Marshal failure path
+                self._fatal(FatalError(E_AUTH_ERROR, f"AUTH error {err}"))
+                return
+            self._send_now(encode_response(answer))
         else:
             self._auth_recheck = True
         self._release()
@@ -892,7 +899,9 @@ _HANDLERS: dict[bytes, Callable[..., None]] = {
     b"TOUCH": ClientV2._touch, b"SUB": ClientV2._sub, b"CLS": ClientV2._cls,
     b"AUTH": ClientV2._auth, b"IDENTIFY": ClientV2._identify,
 }
-_AUTH_HANDLERS = {**_HANDLERS, b"PUB": ClientV2._pub_authed, b"MPUB": ClientV2._mpub_authed,
-                  b"DPUB": ClientV2._dpub_authed}
-_TLS_REQUIRED_HANDLERS = {name: ClientV2._tls_required for name in _HANDLERS}
+_AUTH_HANDLERS: dict[bytes, Callable[..., None]] = {
+    **_HANDLERS, b"PUB": ClientV2._pub_authed, b"MPUB": ClientV2._mpub_authed,
+    b"DPUB": ClientV2._dpub_authed}
+_TLS_REQUIRED_HANDLERS: dict[bytes, Callable[..., None]] = {
+    name: ClientV2._tls_required for name in _HANDLERS}
 _TLS_REQUIRED_HANDLERS[b"IDENTIFY"] = ClientV2._identify
