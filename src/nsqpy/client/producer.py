@@ -65,6 +65,7 @@ class Producer:
         self._conns: list[NSQConnection] = []
         self._rr = 0
         self._keepers: list[asyncio.Task[None]] = []
+        self._last_error: BaseException | None = None  # why the last connection attempt failed
         self._ready: asyncio.Event | None = None
         self._closing = False
 
@@ -97,7 +98,8 @@ class Producer:
                 await self._ready.wait()
         except TimeoutError:
             addrs = ", ".join(f"{h}:{p}" for h, p in self._addrs)
-            raise NotConnectedError(f"no nsqd reachable among {addrs}") from None
+            why = f" (last error: {self._last_error})" if self._last_error is not None else ""
+            raise NotConnectedError(f"no nsqd reachable among {addrs}{why}") from None
 
     def _start(self) -> None:
         if self._closing:
@@ -116,6 +118,7 @@ class Producer:
             try:
                 await conn.connect()
             except Exception as err:  # any failure: a keeper must never die
+                self._last_error = err
                 delay = backoff.next_delay()
                 log.warning("producer: %s:%d unreachable (%s); retry in %.1fs", host, port, err, delay)
                 await asyncio.sleep(delay)
