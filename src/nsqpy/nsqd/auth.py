@@ -56,7 +56,7 @@ class Authorization:
 class AuthState:
     """One auth server answer, valid until ``expires`` (monotonic seconds)."""
 
-    __slots__ = ("ttl", "identity", "identity_url", "authorizations", "expires")
+    __slots__ = ("ttl", "identity", "identity_url", "authorizations", "expires", "_decided")
 
     def __init__(self, ttl: int, identity: str, identity_url: str,
                  authorizations: list[Authorization]) -> None:
@@ -65,12 +65,21 @@ class AuthState:
         self.identity_url = identity_url
         self.authorizations = authorizations
         self.expires = time.monotonic() + ttl
+        # (topic, channel) -> allowed: a publisher checks every PUB, the regexes run once
+        self._decided: dict[tuple[str, str], bool] = {}
 
     def expired(self) -> bool:
         return self.expires < time.monotonic()
 
     def allows(self, topic: str, channel: str) -> bool:
-        return any(a.allows(topic, channel) for a in self.authorizations)
+        key = (topic, channel)
+        decided = self._decided.get(key)
+        if decided is None:
+            decided = any(a.allows(topic, channel) for a in self.authorizations)
+            if len(self._decided) >= 1024:  # a client touching endless names gets no memory
+                self._decided.clear()
+            self._decided[key] = decided
+        return decided
 
 
 # --- decoding the answer -------------------------------------------------------------------------
