@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import socket
 import sys
-from typing import Any, Coroutine
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION, __version__
 from ..common.addr import join_host_port
+from ..common.daemon import run, wait_for_stop_signal
 from ..common.flags import FlagError
 from ..common.log import make_logger
 from ..lookupd.main import listen_socket
@@ -139,22 +139,9 @@ async def serve(opts: Options) -> int:
         logger.critical("failed to instantiate nsqadmin - %s", err)
         await admin.close()
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_stop_signal()
     await admin.close()
     return 0
-
-
-def _run(coro: Coroutine[Any, Any, int]) -> int:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    result: int = uvloop.run(coro)
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.version:
         print(version_string())
         return 0
-    return _run(serve(opts))
+    return run(serve(opts))
 
 
 if __name__ == "__main__":

@@ -6,9 +6,7 @@ without locks. SIGINT/SIGTERM close the listeners and every client, then the pro
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import socket
 import sys
 
@@ -16,6 +14,7 @@ from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION, __version__
 from ..common.addr import join_host_port, split_host_port
+from ..common.daemon import run, wait_for_stop_signal
 from ..common.flags import FlagError
 from ..common.log import make_logger
 from ..protocol.lookup import encode_response
@@ -119,21 +118,9 @@ async def serve(opts: Options) -> int:
         logger.critical("failed to instantiate nsqlookupd - %s", err)
         await lookupd.close()
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_stop_signal()
     await lookupd.close()
     return 0
-
-
-def _run(coro) -> int:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.version:
         print(version_string())
         return 0
-    return _run(serve(opts))
+    return run(serve(opts))
 
 
 if __name__ == "__main__":

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import signal
 import sys
 
 from .. import NSQ_COMPAT_VERSION, __version__
+from ..common.daemon import run, wait_for_stop_signal
 from ..common.flags import FlagError
 from ..common.log import make_logger
 from .options import parse_options
@@ -16,16 +15,6 @@ from .options import parse_options
 def version_string(program: str) -> str:
     return (f"{program} v{NSQ_COMPAT_VERSION} (built w/nsqpy {__version__} "
             f"python{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro})")
-
-
-def install_event_loop_policy() -> None:
-    """uvloop when available: cheaper callbacks and smaller per-connection memory."""
-    try:
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    except ImportError:
-        pass
 
 
 def tune_gc() -> None:
@@ -57,11 +46,7 @@ async def _serve(opts) -> int:
         await nsqd.shutdown()
         return 1
     release_startup_memory()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_stop_signal()
     await nsqd.shutdown()
     return 0
 
@@ -76,9 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     if opts.version:
         print(version_string("nsqd"))
         return
-    install_event_loop_policy()
     tune_gc()
-    raise SystemExit(asyncio.run(_serve(opts)))
+    raise SystemExit(run(_serve(opts)))
 
 
 if __name__ == "__main__":

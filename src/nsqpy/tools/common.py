@@ -23,6 +23,7 @@ import orjson
 
 from .. import NSQ_COMPAT_VERSION, __version__
 from ..client import ConnectionOptions
+from ..common.daemon import run as run_on_loop
 from ..common.flags import Flag, FlagError, FlagSet, parse_duration
 from ..common.log import make_logger
 
@@ -121,20 +122,10 @@ def setup_logging(program: str, prefix: str | None = None, level: str = "info") 
 # --- running --------------------------------------------------------------------------------
 
 
-def install_event_loop_policy() -> None:
-    try:
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    except ImportError:
-        pass
-
-
 def run(coro_factory: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
     """Run the tool's main coroutine on a fresh loop and exit with the status it returns."""
-    install_event_loop_policy()
     try:
-        code = asyncio.run(coro_factory())
+        code = run_on_loop(coro_factory())
     except KeyboardInterrupt:
         code = 130
     raise SystemExit(code)
