@@ -88,12 +88,12 @@ def test_publisher_flooding_without_reading_is_bounded_and_cut_off(nsqd, capsys)
     topic = unique_name("flood").encode()
     chunk = (b"PUB " + topic + b"\n" + pack_i32(8) + b"payload!") * 2000
     result: dict = {}
-    t = threading.Thread(target=lambda: result.update(zip(("sent", "cut"), flood(sock, chunk, 6))))
+    t = threading.Thread(target=lambda: result.update(zip(("sent", "cut"), flood(sock, chunk, 15))))
     t.start()
     time.sleep(1.0)
     lat = pub_latencies(nsqd.tcp_address, 200)  # another producer meanwhile
     peak = rss(nsqd.pid)
-    t.join(10)
+    t.join(20)
     with capsys.disabled():
         print(f"\n[flood] producer sent {result['sent'] / MB:.1f} MiB before being cut off; "
               f"nsqd RSS +{(peak - base) / MB:.1f} MiB; others' PUB p99 {p99(lat) * 1e3:.2f} ms")
@@ -113,12 +113,12 @@ def test_consumer_flooding_without_reading_is_bounded_and_cut_off(nsqd, capsys):
     wire.sub(unique_name("cflood"), "ch")
     chunk = b"FIN 0123456789abcdef\n" * 5000  # each one answers E_FIN_FAILED (non-fatal)
     result: dict = {}
-    t = threading.Thread(target=lambda: result.update(zip(("sent", "cut"), flood(wire.sock, chunk, 6))))
+    t = threading.Thread(target=lambda: result.update(zip(("sent", "cut"), flood(wire.sock, chunk, 15))))
     t.start()
     time.sleep(1.0)
     lat = pub_latencies(nsqd.tcp_address, 200)
     peak = rss(nsqd.pid)
-    t.join(10)
+    t.join(20)
     with capsys.disabled():
         print(f"\n[flood] consumer sent {result['sent'] / MB:.1f} MiB before being cut off; "
               f"nsqd RSS +{(peak - base) / MB:.1f} MiB; others' PUB p99 {p99(lat) * 1e3:.2f} ms")

@@ -462,14 +462,18 @@ class ClientV2(asyncio.Protocol):
         hb = self.heartbeat_interval
         if self._gate == _G_HOLD:
             self._last_read = now  # waiting on the auth server, not on the client
+        if not self.writable and now - self._paused_since > hb:
+            self.nsqd.logger.error("client(%s) - write timeout: slow consumer", self.remote_address)
+            self.transport.abort()
+            return
         if now - self._last_read > 2 * hb:
             self.nsqd.logger.error("client(%s) - read timeout: no data for %.1fs", self.remote_address,
                                    now - self._last_read)
-            self.close_connection()
-            return
-        if not self.writable and now - self._paused_since > hb:
-            self.nsqd.logger.error("client(%s) - write timeout: slow consumer", self.remote_address)
-            self.transport.abort()  # type: ignore[union-attr]
+            if not self.writable:  # nothing more would reach it: don't wait for a drain
+                self._closed = True
+                self.transport.abort()
+            else:
+                self.close_connection()
             return
         self.out.append(HEARTBEAT_FRAME)
         self._flush()
