@@ -14,10 +14,19 @@ from pathlib import Path
 VENV_BIN = Path(sys.executable).parent
 
 
+_issued: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, never handed out twice by this process: the kernel
+    may return a just-closed port again, and an nsqd given the same TCP and HTTP port fails."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _issued:
+            _issued.add(port)
+            return port
 
 
 def wait_http_ok(url: str, proc: subprocess.Popen, timeout: float = 10.0) -> None:

@@ -21,14 +21,11 @@ from typing import Any
 
 import pytest
 
+from helpers.servers import free_port
+
 _BIN = Path(sys.executable).parent / "nsqlookupd"
 
 
-def free_port() -> int:
-    """A currently free loopback TCP port (may race with other processes; prefer port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class HTTPResult:
