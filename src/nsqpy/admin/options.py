@@ -13,20 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.addr import split_host_port
-from ..common.flags import Flag, FlagError, FlagSet, reject_unimplemented
-from ..common.log import parse_level
+from ..common.flags import Flag, FlagError, FlagSet, server_flags, reject_unimplemented
 
 
 def build_flagset() -> FlagSet:
     fs = FlagSet("nsqadmin")
+    fs.add(*server_flags("nsqadmin"))
     fs.add(
-        Flag("config", "", "path to config file"),
-        Flag("version", False, "print version string", kind="bool"),
-        Flag("log-level", "info", "set log verbosity: debug, info, warn, error, or fatal",
-             parse=parse_level),
-        Flag("log-prefix", "[nsqadmin] ", "log message prefix"),
-        Flag("verbose", False, "[deprecated] has no effect, use --log-level", kind="bool",
-             deprecated=True),
         Flag("http-address", "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"),
         Flag("base-path", "/", "URL base path"),
         Flag("dev-static-dir", "", "(development use only)"),

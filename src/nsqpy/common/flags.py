@@ -213,6 +213,21 @@ class FlagSet:
         return values, explicit, positional
 
 
+def server_flags(program: str) -> list[Flag]:
+    """The flags every NSQ daemon has: --config, --version, --log-level, --log-prefix, --verbose."""
+    from .log import parse_level
+
+    return [
+        Flag("config", "", "path to config file"),
+        Flag("version", False, "print version string", kind="bool"),
+        Flag("log-level", "info", "set log verbosity: debug, info, warn, error, or fatal",
+             parse=parse_level),
+        Flag("log-prefix", f"[{program}] ", "log message prefix"),
+        Flag("verbose", False, "[deprecated] has no effect, use --log-level", kind="bool",
+             deprecated=True),
+    ]
+
+
 def _load_config(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:

@@ -8,20 +8,13 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from ..common.flags import Flag, FlagError, FlagSet
-from ..common.log import parse_level
+from ..common.flags import Flag, FlagError, FlagSet, server_flags
 
 
 def build_flagset() -> FlagSet:
     fs = FlagSet("nsqlookupd")
+    fs.add(*server_flags("nsqlookupd"))
     fs.add(
-        Flag("config", "", "path to config file"),
-        Flag("version", False, "print version string", kind="bool"),
-        Flag("log-level", "info", "set log verbosity: debug, info, warn, error, or fatal",
-             parse=parse_level),
-        Flag("log-prefix", "[nsqlookupd] ", "log message prefix"),
-        Flag("verbose", False, "[deprecated] has no effect, use --log-level", kind="bool",
-             deprecated=True),
         Flag("tcp-address", "0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients"),
         Flag("http-address", "0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients"),
         Flag("broadcast-address", socket.gethostname(),

@@ -8,8 +8,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..common.flags import Flag, FlagError, FlagSet, parse_duration, reject_unimplemented
-from ..common.log import parse_level
+from ..common.flags import (
+    Flag, FlagError, FlagSet, parse_duration, reject_unimplemented, server_flags,
+)
 
 
 def default_node_id(hostname: str | None = None) -> int:
@@ -42,13 +43,9 @@ def _tls_min_version(raw: str) -> str:
 def build_flagset() -> FlagSet:
     host = socket.gethostname()
     fs = FlagSet("nsqd")
+    fs.add(*server_flags("nsqd"))
     F = Flag
     fs.add(
-        F("version", False, "print version string", kind="bool"),
-        F("config", "", "path to config file"),
-        F("log-level", "info", "set log verbosity: debug, info, warn, error, or fatal", parse=parse_level),
-        F("log-prefix", "[nsqd] ", "log message prefix"),
-        F("verbose", False, "[deprecated] has no effect, use --log-level", kind="bool", deprecated=True),
         F("node-id", default_node_id(host), "unique part for message IDs, (int) in range [0,1024)",
           kind="int", cfg="id"),
         F("worker-id", False, "[deprecated] use --node-id", kind="bool", deprecated=True),
@@ -147,7 +144,7 @@ def parse_options(argv: list[str]) -> Options:
             raise FlagError(f"invalid E2E processing latency percentile: {p}")
     values["e2e_processing_latency_percentile"] = sorted(set(pct), reverse=True)
     if not 0 <= values["node_id"] < 1024:
-        raise FlagError(f"--node-id must be [0,1024)")
+        raise FlagError("--node-id must be [0,1024)")
     if not 1 <= values["max_deflate_level"] <= 9:
         raise FlagError("--max-deflate-level must be [1,9]")
     if values["mem_queue_size"] < 0:
