@@ -53,7 +53,7 @@ def producer_ids(lookupd, topic):
 def test_version_flag():
     out = subprocess.run([str(BIN), "--version"], capture_output=True, timeout=20)
     assert out.returncode == 0
-    assert out.stdout.decode() == "nsqlookupd v1.3.0 (built w/nsqpy 0.1.0)\n"
+    assert re.fullmatch(r"nsqlookupd v1\.3\.0 \(built w/nsqpy 0\.1\.0 python3\.\d+\.\d+\)\n", out.stdout.decode())
 
 
 def test_unknown_flag_exits_2():
@@ -73,7 +73,7 @@ def test_listen_failure_is_fatal(lookupd):
 def test_log_lines_look_like_upstream(lookupd):
     log = lookupd.log()
     stamp = r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6}"
-    assert re.search(rf"^\[nsqlookupd\] {stamp} INFO: nsqlookupd v1\.3\.0 \(built w/nsqpy 0\.1\.0\)$",
+    assert re.search(rf"^\[nsqlookupd\] {stamp} INFO: nsqlookupd v1\.3\.0 \(built w/nsqpy 0\.1\.0 python3\.\d+\.\d+\)$",
                      log, re.M), log
     assert re.search(rf"^\[nsqlookupd\] {stamp} INFO: TCP: listening on 127\.0\.0\.1:{lookupd.tcp_port}$",
                      log, re.M), log

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from .. import NSQ_COMPAT_VERSION, __version__
+from .. import version_string
 from ..common.addr import join_host_port
 from ..common.daemon import run, wait_for_stop_signal
 from ..common.flags import FlagError
@@ -28,11 +28,6 @@ from .options import Options, parse_options, validate
 
 #: notifications waiting to be sent; beyond this an admin action's notification is dropped
 NOTIFY_BACKLOG = 1000
-
-
-def version_string() -> str:
-    return (f"nsqadmin v{NSQ_COMPAT_VERSION} (built w/nsqpy {__version__} "
-            f"python{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro})")
 
 
 class Notifier:
@@ -95,7 +90,7 @@ class NSQAdmin:
 
     async def start(self) -> None:
         opts = self.opts
-        self.logger.info("%s", version_string())
+        self.logger.info("%s", version_string("nsqadmin"))
         try:
             self._sock = listen_socket(opts.http_address)
         except (OSError, ValueError) as err:
@@ -152,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(str(err), file=sys.stderr)
         return 2
     if opts.version:
-        print(version_string())
+        print(version_string("nsqadmin"))
         return 0
     return run(serve(opts))
 

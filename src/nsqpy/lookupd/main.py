@@ -12,7 +12,7 @@ import sys
 
 from aiohttp import web
 
-from .. import NSQ_COMPAT_VERSION, __version__
+from .. import NSQ_COMPAT_VERSION, version_string
 from ..common.addr import join_host_port, split_host_port
 from ..common.daemon import run, wait_for_stop_signal
 from ..common.flags import FlagError
@@ -22,10 +22,6 @@ from .http import HTTPServer, go_json
 from .options import Options, parse_options
 from .registration_db import RegistrationDB
 from .tcp import TCPServer
-
-
-def version_string() -> str:
-    return f"nsqlookupd v{NSQ_COMPAT_VERSION} (built w/nsqpy {__version__})"
 
 
 def listen_socket(addr: str) -> socket.socket:
@@ -86,7 +82,7 @@ class NSQLookupd:
         }, sort_keys=True))
 
     async def start(self) -> None:
-        self.logger.info("%s", version_string())
+        self.logger.info("%s", version_string("nsqlookupd"))
         self.bind()
         await self._tcp.start(self._tcp_sock)
         self.logger.info("TCP: listening on %s", self.tcp_address)
@@ -131,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(str(err), file=sys.stderr)
         return 2
     if opts.version:
-        print(version_string())
+        print(version_string("nsqlookupd"))
         return 0
     return run(serve(opts))
 

@@ -43,14 +43,13 @@ from aiohttp import web
 from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import HttpProcessingError
 
-from .. import NSQ_COMPAT_VERSION
+from .. import NSQ_COMPAT_VERSION, version_string
 from ..common.addr import is_unix_socket, split_host_port
 from ..common.flags import format_duration
 from ..common.log import NSQ_LEVEL_NUMBERS, set_level
 from ..protocol.commands import go_quote
 from ..protocol.names import is_valid_name
 from . import stats as nsq_stats
-from .main import version_string
 from .options import _TLS_VERSIONS, config_key_map
 
 if TYPE_CHECKING:

@@ -5,16 +5,11 @@ from __future__ import annotations
 import gc
 import sys
 
-from .. import NSQ_COMPAT_VERSION, __version__
+from .. import version_string
 from ..common.daemon import run, wait_for_stop_signal
 from ..common.flags import FlagError
 from ..common.log import make_logger
 from .options import parse_options
-
-
-def version_string(program: str) -> str:
-    return (f"{program} v{NSQ_COMPAT_VERSION} (built w/nsqpy {__version__} "
-            f"python{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro})")
 
 
 def tune_gc() -> None:

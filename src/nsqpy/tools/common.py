@@ -21,7 +21,7 @@ from typing import Any, Callable, Coroutine, Iterable, NoReturn
 import aiohttp
 import orjson
 
-from .. import NSQ_COMPAT_VERSION, __version__
+from .. import NSQ_COMPAT_VERSION, __version__, version_string  # noqa: F401 (tools call common.version_string)
 from ..client import ConnectionOptions
 from ..common.daemon import run as run_on_loop
 from ..common.flags import Flag, FlagError, FlagSet, parse_duration
@@ -31,13 +31,6 @@ GO_NSQ_ACCEPT = "application/vnd.nsq; version=1.0"
 
 
 # --- identity -------------------------------------------------------------------------------
-
-
-def version_string(program: str) -> str:
-    """``nsq_to_file v1.3.0 (built w/nsqpy 0.1.0 python3.11.7)``: upstream's line plus our build."""
-    v = sys.version_info
-    return (f"{program} v{NSQ_COMPAT_VERSION} (built w/nsqpy {__version__} "
-            f"python{v.major}.{v.minor}.{v.micro})")
 
 
 def user_agent(program: str) -> str:
