@@ -79,7 +79,10 @@ def drain(q: DiskQueue, batch: int = 7) -> list[bytes]:
 
 
 def crash(q: DiskQueue) -> None:
-    """Forget the queue the way kill -9 would: close its fds without syncing anything."""
+    """Forget the queue the way kill -9 would: close its fds without syncing anything.
+    A group commit already running on the sync thread is let finish first (a kill stops that
+    thread too; one outliving the "crash" could rewrite the metadata under the reopened queue)."""
+    q.wait_background()
     q._close_fds()
     q._closed = True
 
