@@ -1,0 +1,165 @@
+"""Side by side with upstream: upstream's own bench_writer / bench_reader against upstream nsqd and ours.
+
+Issue #11's yardstick in one command. For each flag set (in memory, and default flags that spill to disk)
+and each server, on a fresh data directory and free ports:
+
+1. ``bench_writer`` for ``--runfor`` (MPUB 200 x 200 B, upstream's defaults) -> publish rate;
+2. ``bench_reader`` for ``--runfor`` (RDY 2500, one FIN per message) draining that backlog -> consume rate;
+3. both at once on a fresh server -> publish and consume rates while the other runs.
+
+Servers alternate within each round so that the machine's drift hits both alike; ``--rounds`` repeats.
+The tools and upstream's nsqd are found in ``$NSQ_UPSTREAM_BIN`` (a directory) or on PATH; without an
+upstream ``nsqd`` only ours is measured.
+
+    NSQ_UPSTREAM_BIN=/path/to/upstream/bin python bench/upstream_bench.py --runfor 10s --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Iterator
+
+OPS = re.compile(r"([0-9.]+)ops/s")
+FLAG_SETS = {
+    "memory": ["--mem-queue-size=1000000"],
+    "default": [],
+}
+
+
+def find_tool(name: str) -> str | None:
+    folder = os.environ.get("NSQ_UPSTREAM_BIN")
+    if folder and (Path(folder) / name).is_file():
+        return str(Path(folder) / name)
+    return shutil.which(name)
+
+
+def ours_nsqd() -> str:
+    venv_bin = Path(sys.executable).parent / "nsqd"
+    return str(venv_bin) if venv_bin.is_file() else "nsqd"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextmanager
+def nsqd(binary: str, flags: list[str]) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A fresh nsqd on free ports with its own data directory; stopped (by PID) and removed after."""
+    data = tempfile.mkdtemp(prefix="upstream-bench-")
+    tcp, http = free_port(), free_port()
+    proc = subprocess.Popen(
+        [binary, f"--tcp-address=127.0.0.1:{tcp}", f"--http-address=127.0.0.1:{http}",
+         f"--data-path={data}", "--log-level=warn", *flags],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{http}/ping", timeout=1).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"{binary} did not start")
+                time.sleep(0.05)
+        yield f"127.0.0.1:{tcp}", proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def start_tool(tool: str, addr: str, runfor: str) -> subprocess.Popen:
+    return subprocess.Popen([tool, f"--nsqd-tcp-address={addr}", f"--runfor={runfor}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def ops_of(proc: subprocess.Popen) -> float:
+    out, _ = proc.communicate(timeout=600)
+    found = OPS.findall(out)
+    if proc.returncode != 0 or not found:
+        raise SystemExit(f"{proc.args[0]} failed: {out.strip()[-400:]}")
+    return float(found[-1])
+
+
+@dataclass
+class Figures:
+    publish: list[float] = field(default_factory=list)
+    consume: list[float] = field(default_factory=list)
+    both_pub: list[float] = field(default_factory=list)
+    both_sub: list[float] = field(default_factory=list)
+    rss: list[float] = field(default_factory=list)
+
+
+def measure(binary: str, flags: list[str], writer: str, reader: str, runfor: str, fig: Figures) -> None:
+    with nsqd(binary, flags) as (addr, proc):
+        fig.publish.append(ops_of(start_tool(writer, addr, runfor)))
+        fig.consume.append(ops_of(start_tool(reader, addr, runfor)))
+        fig.rss.append(rss_mib(proc.pid))
+    with nsqd(binary, flags) as (addr, _):
+        w, r = start_tool(writer, addr, runfor), start_tool(reader, addr, runfor)
+        fig.both_pub.append(ops_of(w))
+        fig.both_sub.append(ops_of(r))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runfor", default="10s", help="each tool's --runfor (Go duration)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--flags", choices=sorted(FLAG_SETS), nargs="*", default=sorted(FLAG_SETS, reverse=True))
+    args = ap.parse_args()
+    writer, reader = find_tool("bench_writer"), find_tool("bench_reader")
+    if not writer or not reader:
+        raise SystemExit("bench_writer/bench_reader not found: set NSQ_UPSTREAM_BIN or put them on PATH")
+    servers = {"nsqpy": ours_nsqd()}
+    upstream = find_tool("nsqd")
+    if upstream and Path(upstream).resolve() != Path(servers["nsqpy"]).resolve():
+        servers = {"upstream": upstream, **servers}
+    for flag_set in args.flags:
+        figures = {name: Figures() for name in servers}
+        for _ in range(args.rounds):
+            for name, binary in servers.items():
+                measure(binary, FLAG_SETS[flag_set], writer, reader, args.runfor, figures[name])
+        print(f"\n## {flag_set} ({' '.join(FLAG_SETS[flag_set]) or 'default flags'}), "
+              f"runfor {args.runfor}, {args.rounds} round(s), median msgs/s")
+        rows = [("publish", "publish"), ("consume the backlog", "consume"),
+                ("publish, both at once", "both_pub"), ("consume, both at once", "both_sub")]
+        names = list(servers)
+        print("| | " + " | ".join(names) + (" | ratio |" if len(names) == 2 else " |"))
+        print("|---|" + "---:|" * (len(names) + (len(names) == 2)))
+        for label, key in rows:
+            vals = [median(getattr(figures[n], key)) for n in names]
+            ratio = f" {vals[1] / vals[0]:.2f}x |" if len(vals) == 2 and vals[0] else ""
+            print(f"| {label} | " + " | ".join(f"{v:,.0f}" for v in vals) + " |" + ratio)
+        print("| RSS after the backlog run (MiB) | "
+              + " | ".join(f"{median(figures[n].rss):.0f}" for n in names) + " |")
+
+
+if __name__ == "__main__":
+    main()
