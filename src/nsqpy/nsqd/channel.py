@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
 from ..protocol.message import _FRAME_PREFIX, decode_message, encode_message
 from ..protocol.names import is_ephemeral
+from .bounded import trim
+from .dead_letter import drop_expired, requeue_disconnected, spent_ones_dead_lettered
+from .entity_config import init_channel
 from .metadata import take_deferred_sidecar, write_deferred_sidecar
 from .quantile import LatencyQuantiles
 
@@ -67,6 +70,7 @@ class Channel:
         self.e2e = (LatencyQuantiles(pct, nsqd.options.e2e_processing_latency_window_time)
                     if pct else None)
         self._rr = 0
+        init_channel(self)  # lifecycle settings (issue #13): max_attempts, msg_ttl_ns, bounds
 
     # --- depth ---------------------------------------------------------------------------------
 
@@ -108,6 +112,8 @@ class Channel:
             self.nsqd.set_health_error(err)
             raise
         self.nsqd.set_health_ok()
+        if self.max_disk_bytes:
+            trim(self)
 
     def requeue(self, msgs: list[Msg]) -> None:
         """Back into the queue after REQ 0, a timeout or a deferral; never loses a message."""
@@ -166,6 +172,8 @@ class Channel:
                 msgs = self._take(room)
                 if msgs is None:
                     return
+                if self.msg_ttl_ns and msgs:
+                    msgs = drop_expired(self, msgs)
                 if msgs:
                     self._send(client, msgs)
 
@@ -217,6 +225,8 @@ class Channel:
         client.requeue_count += 1
         self.requeue_count += 1
         msg = entry[:4]
+        if self.max_attempts and msg[3] >= self.max_attempts and not spent_ones_dead_lettered(self, [msg]):
+            return
         if delay <= 0:
             self.requeue([msg])
         else:
@@ -250,6 +260,8 @@ class Channel:
             if expired:
                 msgs = [in_flight.pop(mid)[:4] for mid in expired]
                 self.timeout_count += len(msgs)
+                if self.max_attempts:
+                    msgs = spent_ones_dead_lettered(self, msgs)
                 self.requeue(msgs)
                 moved = True
         deferred = self.deferred
@@ -275,7 +287,10 @@ class Channel:
         except ValueError:
             return
         if client.in_flight:
-            self.orphans.append(client.in_flight)
+            if self.requeue_on_disconnect and not self.exiting:
+                requeue_disconnected(self, client.in_flight)
+            else:
+                self.orphans.append(client.in_flight)
             client.in_flight = {}
         if self.ephemeral and not self.clients and not self.exiting:
             self.topic.delete_channel(self.name)

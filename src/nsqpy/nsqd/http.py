@@ -50,6 +50,8 @@ from ..common.log import NSQ_LEVEL_NUMBERS, set_level
 from ..protocol.commands import go_quote
 from ..protocol.names import is_valid_name
 from . import stats as nsq_stats
+from .bounded import Draining, QueueFull
+from .lifecycle_options import LIFECYCLE_CONFIG_KEYS
 from .options import _TLS_VERSIONS, config_key_map
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ NSQ_CONTENT_TYPE = "nsq; version=1.0"
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 _TLS_REQUIRED = {"false": 0, "tcp-https": 1, "true": 2}
 # deprecated no-op flags: upstream's Options struct has no field for them, so /config has no key
-_CONFIG_HIDDEN = frozenset({"verbose", "worker_id"})
+_CONFIG_HIDDEN = frozenset({"verbose", "worker_id"}) | LIFECYCLE_CONFIG_KEYS  # + issue #13's
 # A failed disk write makes upstream's Topic.PutMessage return an error, which doPUB/doMPUB
 # report as 503 EXITING (they cannot tell it apart from a topic that is shutting down).
 _PUT_FAILED = (503, "EXITING")
@@ -362,7 +364,10 @@ class HttpApi:
         self.logger = nsqd.logger
         self.config_flags = {k: f for k, f in config_key_map().items() if k not in _CONFIG_HIDDEN}
         R = Route
+        from .lifecycle_http import lifecycle_routes
+
         self.router = Router([
+            *lifecycle_routes(self),
             R("GET", "/ping", self.ping),
             R("GET", "/info", self.info),
             R("POST", "/pub", self.pub, logged=False),
@@ -537,6 +542,8 @@ class HttpApi:
 
     async def ping(self, request: web.Request, _: str) -> web.Response:
         # upstream answers /ping in plain text, errors included
+        if self.nsqd.draining:
+            return _text("DRAINING", 503)
         if self.nsqd.health_error is not None:
             return _text(self.nsqd.health, 500)
         return _text("OK")
@@ -566,6 +573,8 @@ class HttpApi:
                 topic.put_deferred(msgs[0], delay)
             elif msgs:
                 topic.put_many(msgs, nbytes)
+        except (Draining, QueueFull) as err:  # opt-in lifecycle controls (issue #13)
+            raise HttpError(503, err.http_message) from None
         except OSError as err:
             self.logger.error("TOPIC(%s): failed to put %d message(s) - %s",
                               topic.name, len(msgs), err)

@@ -16,8 +16,10 @@ from .. import NSQ_COMPAT_VERSION
 from ..protocol.message import MESSAGE_HEADER_SIZE, IdFactory
 from ..protocol.names import is_ephemeral, is_valid_name
 from .diskqueue import DiskQueue, DummyQueue
+from .entity_config import restore_config, with_config
 from .lookup import LookupdPeers
 from .metadata import METADATA_FILE, DataPathLock, atomic_write, encode_metadata, read_metadata
+from .drain import install_drain_signal
 from .options import Options
 from .topic import Topic
 
@@ -40,10 +42,12 @@ class NSQD:
         self.limits = Limits(
             max_msg_size=options.max_msg_size,
             max_body_size=options.max_body_size,
-            max_req_timeout_ms=int(options.max_req_timeout * 1000),
+            max_req_timeout_ms=int(options.max_defer_timeout * 1000),  # DPUB's limit
         )
         self.start_time = int(time.time())
         self.exiting = False
+        self.draining = False  # POST /drain or SIGUSR2 (see drain.py)
+        self.internal_publish = False  # dead-lettering under way: a drain lets it publish
         self.health_error: str | None = None
         self.data_path = options.data_path or os.getcwd()
         self.tcp_port = 0
@@ -225,11 +229,11 @@ class NSQD:
         for topic in sorted(self.topics.values(), key=lambda t: t.name):
             if topic.ephemeral:
                 continue
-            channels = [{"name": c.name, "paused": c.paused}
+            channels = [with_config({"name": c.name, "paused": c.paused}, c)
                         for c in sorted(topic.channels.values(), key=lambda c: c.name)
                         if not c.ephemeral]
-            topics.append({"name": topic.name, "paused": topic.paused,
-                           "channels": channels or None})
+            topics.append(with_config({"name": topic.name, "paused": topic.paused,
+                                       "channels": channels or None}, topic))
         atomic_write(os.path.join(self.data_path, METADATA_FILE), encode_metadata(topics))
 
     def load_metadata(self) -> None:
@@ -251,6 +255,7 @@ class NSQD:
                     self.logger.warning("skipping creation of invalid topic %r", name)
                     continue
                 topic = self.get_topic(name)
+                restore_config(topic, t.get("config"))
                 if t.get("paused"):
                     topic.pause()
                 for c in t.get("channels") or []:
@@ -259,6 +264,7 @@ class NSQD:
                         self.logger.warning("skipping creation of invalid channel %r", cname)
                         continue
                     channel = topic.get_channel(cname)
+                    restore_config(channel, c.get("config"))
                     if c.get("paused"):
                         channel.pause()
         finally:
@@ -336,6 +342,7 @@ class NSQD:
         self._tasks.append(self.loop.create_task(self._scan_loop()))
         self._tasks.append(self.loop.create_task(self._backend_loop()))
         self.lookup.start()
+        install_drain_signal(self)
 
     async def shutdown(self) -> None:
         """Graceful exit: stop listening, close clients, flush queues to disk."""

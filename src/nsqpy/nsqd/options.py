@@ -11,6 +11,7 @@ from typing import Any
 from ..common.flags import (
     Flag, FlagError, FlagSet, parse_duration, reject_unimplemented, server_flags,
 )
+from .lifecycle_options import lifecycle_flags, validate_lifecycle
 
 
 def default_node_id(hostname: str | None = None) -> int:
@@ -104,6 +105,7 @@ def build_flagset() -> FlagSet:
         F("snappy", True, "enable snappy feature negotiation (client compression)", kind="bool"),
         F("enable-experiment", [], "enable experimental feature (may be given multiple times)", kind="list",
           implemented=False),
+        *lifecycle_flags(),
     )
     return fs
 
@@ -151,6 +153,7 @@ def parse_options(argv: list[str]) -> Options:
         raise FlagError("--mem-queue-size must be >= 0")
     if values["auth_http_request_method"] not in ("get", "post"):
         raise FlagError("--auth-http-request-method must be post or get")
+    validate_lifecycle(values, explicit)
     if values["tls_client_auth_policy"] and values["tls_required"] == "false":
         values["tls_required"] = "true"  # upstream: any client-auth policy forces TLS
     return Options(values, explicit)

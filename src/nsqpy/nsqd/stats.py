@@ -24,6 +24,7 @@ import orjson
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.flags import format_duration
+from .entity_config import add_channel_stats, add_topic_stats
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -113,7 +114,7 @@ def channel_stats(channel: "Channel", include_clients: bool, topic_filter: str =
                if include_clients else None)
     e2e = channel.e2e.result() if channel.e2e is not None else None
     tracked = channel.e2e.percentiles if channel.e2e is not None else None
-    return {
+    return add_channel_stats(channel, {
         "channel_name": channel.name,
         "depth": channel.depth,
         "backend_depth": channel.backend.depth,
@@ -126,7 +127,7 @@ def channel_stats(channel: "Channel", include_clients: bool, topic_filter: str =
         "clients": clients,
         "paused": channel.paused,
         "e2e_processing_latency": _latency(e2e, tracked),
-    }
+    })
 
 
 def _topic_tracked(topic: "Topic") -> list[float] | None:
@@ -138,7 +139,7 @@ def _topic_tracked(topic: "Topic") -> list[float] | None:
 
 
 def topic_stats(topic: "Topic", channels: list[dict]) -> dict:
-    return {
+    return add_topic_stats(topic, {
         "topic_name": topic.name,
         "channels": channels,
         "depth": topic.depth,
@@ -147,7 +148,7 @@ def topic_stats(topic: "Topic", channels: list[dict]) -> dict:
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
         "e2e_processing_latency": _latency(topic.e2e_result(), _topic_tracked(topic)),
-    }
+    })
 
 
 def collect(nsqd: "NSQD", topic_filter: str = "", channel_filter: str = "",

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 from ..protocol.message import decode_message, encode_message
 from ..protocol.names import is_ephemeral
+from .bounded import trim
 from .channel import Channel, Msg
+from .entity_config import init_topic
 from .metadata import take_deferred_sidecar, write_deferred_sidecar
 from .quantile import merged_result
 
@@ -43,6 +45,7 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self._pump_scheduled = False
+        init_topic(self)  # lifecycle settings (issue #13); sets self.guard (None when unused)
 
     @property
     def depth(self) -> int:
@@ -55,6 +58,8 @@ class Topic:
 
     def put_many(self, msgs: list[Msg], nbytes: int) -> None:
         """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED)."""
+        if self.guard is not None:
+            self.guard(self)  # drain / full bounded queue: raises an OSError subclass
         if self._flowing() and not self.mem and not self.backend.depth:
             for channel in self.channels.values():
                 channel.put_many(msgs)
@@ -65,6 +70,8 @@ class Topic:
         self.message_bytes += nbytes
 
     def put_deferred(self, msg: Msg, delay: float) -> None:
+        if self.guard is not None:
+            self.guard(self)
         due = _monotonic() + delay
         if self._flowing() and not self.mem and not self.backend.depth:
             for channel in self.channels.values():
@@ -98,6 +105,8 @@ class Topic:
             self.nsqd.set_health_error(err)
             raise
         self.nsqd.set_health_ok()
+        if self.max_disk_bytes:
+            trim(self)
 
     # --- the pump ------------------------------------------------------------------------------
 

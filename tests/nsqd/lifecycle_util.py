@@ -1,0 +1,52 @@
+"""Small HTTP helpers for the lifecycle-control tests (issue #13), over real sockets."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable
+
+from helpers.servers import Nsqd
+
+
+def http(node: Nsqd, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(f"http://{node.http_address}{path}", data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def http_json(node: Nsqd, method: str, path: str, doc: Any = None) -> tuple[int, Any]:
+    body = None if doc is None else (doc if isinstance(doc, bytes) else json.dumps(doc).encode())
+    status, raw = http(node, method, path, body)
+    return status, (json.loads(raw) if raw else None)
+
+
+def channel_stats(node: Nsqd, topic: str, channel: str) -> dict | None:
+    _, doc = http_json(node, "GET", f"/stats?format=json&topic={topic}")
+    for t in doc.get("topics") or []:
+        for ch in t["channels"]:
+            if ch["channel_name"] == channel:
+                return ch
+    return None
+
+
+def topic_stats(node: Nsqd, topic: str) -> dict | None:
+    _, doc = http_json(node, "GET", f"/stats?format=json&topic={topic}")
+    topics = doc.get("topics") or []
+    return topics[0] if topics else None
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
