@@ -50,3 +50,17 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+def fin_all(w, quiet: float) -> list:
+    """Messages a subscribed Wire receives (each FINed) until nothing came for ``quiet`` s."""
+    w.sock.settimeout(quiet)
+    got = []
+    try:
+        while True:
+            m = w.read_message()
+            got.append(m)
+            w.cmd(b"FIN", m.id)
+    except OSError:  # socket.timeout included
+        pass
+    return got

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 import time
 
 import pytest
@@ -13,25 +12,18 @@ import pytest
 from helpers.servers import Nsqd, unique_name
 from helpers.wire import Wire
 from interop.support import assert_server_healthy, wait_until
-from nsqd.lifecycle_util import channel_stats, http, http_json, topic_stats, wait_for
+from nsqd.lifecycle_util import (
+    channel_stats, fin_all, http, http_json, topic_stats, wait_for,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
 
-def _collect(addr: str, topic: str, channel: str, quiet: float = 1.0, fin: bool = True) -> list:
-    """Everything the channel delivers until it is quiet for ``quiet`` seconds."""
+def _collect(addr: str, topic: str, channel: str, quiet: float = 1.0) -> list:
+    """Everything the channel delivers (FINed) until it is quiet for ``quiet`` seconds."""
     w = Wire(addr)
     w.sub(topic, channel, rdy=1000)
-    w.sock.settimeout(quiet)
-    got = []
-    try:
-        while True:
-            m = w.read_message()
-            got.append(m)
-            if fin:
-                w.cmd(b"FIN", m.id)
-    except (socket.timeout, OSError):
-        pass
+    got = fin_all(w, quiet)
     w.close()
     return got
 

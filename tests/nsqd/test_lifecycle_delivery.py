@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
@@ -10,22 +9,9 @@ import pytest
 from helpers.servers import unique_name
 from helpers.wire import Wire
 from interop.support import assert_server_healthy
-from nsqd.lifecycle_util import channel_stats, http, http_json, wait_for
+from nsqd.lifecycle_util import channel_stats, fin_all, http, http_json, wait_for
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _messages(w: Wire, quiet: float) -> list:
-    w.sock.settimeout(quiet)
-    got = []
-    try:
-        while True:
-            m = w.read_message()
-            got.append(m)
-            w.cmd(b"FIN", m.id)
-    except (socket.timeout, OSError):
-        pass
-    return got
 
 
 @pytest.mark.parametrize("mem", ["10000", "0"])  # from memory and from disk
@@ -42,7 +28,7 @@ def test_msg_ttl_drops_old_messages_at_delivery(nsqd_factory, mem):
     pub.mpub(topic, [b"new1", b"new2"])
     c = Wire(node.tcp_address)
     c.sub(topic, "ch", rdy=10)
-    got = _messages(c, 1.5)
+    got = fin_all(c, 1.5)
     assert [m.body for m in got] == [b"new1", b"new2"]
     ch = channel_stats(node, topic, "ch")
     assert ch["expired_count"] == 4 and ch["depth"] == 0 and ch["deferred_count"] == 0
@@ -63,15 +49,15 @@ def test_msg_ttl_with_explicit_dead_letter_topic(nsqd_factory):
     time.sleep(0.5)
     c = Wire(node.tcp_address)
     c.sub(topic, "ch", rdy=10)
-    assert _messages(c, 0.8) == []
+    assert fin_all(c, 0.8) == []
     expired = Wire(node.tcp_address)
     expired.sub(f"expired_{topic}", "x", rdy=10)
-    assert [m.body for m in _messages(expired, 1.0)] == [b"stale"]
+    assert [m.body for m in fin_all(expired, 1.0)] == [b"stale"]
     ch = channel_stats(node, topic, "ch")
     assert ch["expired_count"] == 1 and ch["dead_letter_count"] == 1
     keep = Wire(node.tcp_address)  # the other channel has no TTL: it still gets the message
     keep.sub(topic, "keep", rdy=10)
-    assert [m.body for m in _messages(keep, 0.8)] == [b"stale"]
+    assert [m.body for m in fin_all(keep, 0.8)] == [b"stale"]
 
 
 @pytest.mark.parametrize("flag", [True, False])
@@ -89,7 +75,7 @@ def test_requeue_on_disconnect(nsqd_factory, flag):
     # a FIN that races the close is honoured: it is sent together with the close
     a.cmd(b"FIN", finished.id)
     a.close()
-    got = _messages(b, 1.5)
+    got = fin_all(b, 1.5)
     if flag:
         assert sorted(m.body for m in got) == [b"a", b"c"]
         assert all(m.attempts == 2 for m in got)
@@ -113,7 +99,7 @@ def test_requeue_on_disconnect_respects_max_attempts(nsqd_factory):
     wait_for(lambda: channel_stats(node, topic, "ch")["dead_letter_count"] == 1, 5, "dead letter")
     d = Wire(node.tcp_address)
     d.sub(f"{topic}.dead", "x", rdy=1)
-    assert [m.body for m in _messages(d, 1.0)] == [b"crashy"]
+    assert [m.body for m in fin_all(d, 1.0)] == [b"crashy"]
 
 
 def _dpub(node, topic: str, ms: int) -> bytes:
