@@ -64,3 +64,9 @@ def fin_all(w, quiet: float) -> list:
     except OSError:  # socket.timeout included
         pass
     return got
+
+
+def make_channel(node: Nsqd, topic: str, channel: str) -> None:
+    """Create the topic and the channel (``/channel/create`` needs an existing topic)."""
+    assert http(node, "POST", f"/topic/create?topic={topic}")[0] == 200
+    assert http(node, "POST", f"/channel/create?topic={topic}&channel={channel}")[0] == 200

@@ -13,7 +13,7 @@ import pytest
 
 from helpers.servers import Nsqd, ServerProcess, free_port, unique_name
 from helpers.wire import Wire
-from nsqd.lifecycle_util import channel_stats, http, http_json
+from nsqd.lifecycle_util import channel_stats, make_channel, http, http_json
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,15 +22,10 @@ DEFAULTS = {"max_attempts": 0, "dead_letter_topic": "%s.dead", "msg_ttl": "0s",
 UPSTREAM_NSQD = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin")) / "nsqd"
 
 
-def _make(node: Nsqd, topic: str, channel: str) -> None:
-    assert http(node, "POST", f"/topic/create?topic={topic}")[0] == 200
-    assert http(node, "POST", f"/channel/create?topic={topic}&channel={channel}")[0] == 200
-
-
 def test_get_shows_flag_defaults_and_inheritance(nsqd_factory):
     node = nsqd_factory("--max-attempts=7", "--msg-ttl=90s")
     topic = unique_name()
-    _make(node, topic, "ch")
+    make_channel(node, topic, "ch")
     status, doc = http_json(node, "GET", f"/topic/config?topic={topic}")
     assert status == 200
     assert doc == {**DEFAULTS, "max_attempts": 7, "msg_ttl": "1m30s"}
@@ -73,7 +68,7 @@ def test_get_shows_flag_defaults_and_inheritance(nsqd_factory):
 def test_bad_settings_are_400_and_change_nothing(shared_nsqd, doc, message):
     node = shared_nsqd
     topic = unique_name()
-    _make(node, topic, "ch")
+    make_channel(node, topic, "ch")
     for path in (f"/topic/config?topic={topic}", f"/channel/config?topic={topic}&channel=ch"):
         status, answer = http_json(node, "POST", path, doc)
         assert (status, answer) == (400, {"message": message})
@@ -101,7 +96,7 @@ def test_default_metadata_and_stats_are_upstreams(nsqd_factory):
     """No setting used: nsqd.dat and /stats carry exactly upstream's fields."""
     node = nsqd_factory()
     topic = unique_name()
-    _make(node, topic, "ch")
+    make_channel(node, topic, "ch")
     node.stop()
     doc = json.loads((node.data_path / "nsqd.dat").read_bytes())
     entry = next(t for t in doc["topics"] if t["name"] == topic)
@@ -119,8 +114,8 @@ def test_settings_survive_a_restart(tmp_path):
     node = Nsqd(tmp_path / "d")
     topic = unique_name()
     try:
-        _make(node, topic, "ch")
-        http(node, "POST", f"/channel/create?topic={topic}&channel=other")
+        make_channel(node, topic, "ch")
+        make_channel(node, topic, "other")
         http_json(node, "POST", f"/topic/config?topic={topic}", {"max_disk_bytes": 123456})
         http_json(node, "POST", f"/channel/config?topic={topic}&channel=ch",
                   {"max_attempts": 4, "msg_ttl": "1h30m", "dead_letter_topic": "dl_%s"})
@@ -149,7 +144,7 @@ def test_data_directory_still_starts_under_upstream_nsqd(tmp_path):
     node = Nsqd(data, "--mem-queue-size=0")
     topic = unique_name()
     try:
-        _make(node, topic, "ch")
+        make_channel(node, topic, "ch")
         http_json(node, "POST", f"/topic/config?topic={topic}", {"max_attempts": 2})
         http_json(node, "POST", f"/channel/config?topic={topic}&channel=ch",
                   {"msg_ttl": "1m", "max_disk_bytes": 99999})

@@ -13,7 +13,7 @@ from helpers.servers import Nsqd, unique_name
 from helpers.wire import Wire
 from interop.support import assert_server_healthy, wait_until
 from nsqd.lifecycle_util import (
-    channel_stats, fin_all, http, http_json, topic_stats, wait_for,
+    channel_stats, make_channel, fin_all, http, http_json, topic_stats, wait_for,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -34,8 +34,7 @@ def test_pynsq_poison_message_lands_in_dead_letter_topic_only(nsqd_factory, torn
 
     node = nsqd_factory("--max-attempts=3")
     topic = unique_name("poison")
-    http(node, "POST", f"/topic/create?topic={topic}")
-    http(node, "POST", f"/channel/create?topic={topic}&channel=audit")  # a bystander channel
+    make_channel(node, topic, "audit")  # a bystander channel
     seen: list[Delivery] = []
     dead: list[Delivery] = []
 
@@ -88,8 +87,7 @@ def test_pynsq_poison_message_lands_in_dead_letter_topic_only(nsqd_factory, torn
 def test_timeouts_count_and_channel_setting_overrides_flag(nsqd_factory):
     node = nsqd_factory("--msg-timeout=1s")  # no --max-attempts: unlimited by default
     topic = unique_name()
-    http(node, "POST", f"/topic/create?topic={topic}")
-    http(node, "POST", f"/channel/create?topic={topic}&channel=ch")
+    make_channel(node, topic, "ch")
     status, doc = http_json(node, "POST", f"/channel/config?topic={topic}&channel=ch",
                             {"max_attempts": 2, "dead_letter_topic": "parking_%s"})
     assert status == 200
@@ -151,9 +149,8 @@ def test_kill9_while_dead_lettering_loses_only_what_was_in_flight(tmp_path):
     rng = random.Random(1313)
     possibly_lost: set[bytes] = set()
     try:
-        http(node, "POST", f"/channel/create?topic={topic}&channel=ch")
-        http(node, "POST", f"/topic/create?topic={dead}")
-        http(node, "POST", f"/channel/create?topic={dead}&channel=dl")
+        make_channel(node, topic, "ch")
+        make_channel(node, dead, "dl")
         Wire(node.tcp_address).mpub(topic, bodies)
         for _round in range(4):
             c = Wire(node.tcp_address)

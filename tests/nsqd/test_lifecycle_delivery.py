@@ -9,7 +9,7 @@ import pytest
 from helpers.servers import unique_name
 from helpers.wire import Wire
 from interop.support import assert_server_healthy
-from nsqd.lifecycle_util import channel_stats, fin_all, http, http_json, wait_for
+from nsqd.lifecycle_util import channel_stats, make_channel, fin_all, http, http_json, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -18,8 +18,7 @@ pytestmark = pytest.mark.timeout(60)
 def test_msg_ttl_drops_old_messages_at_delivery(nsqd_factory, mem):
     node = nsqd_factory("--msg-ttl=1s", f"--mem-queue-size={mem}")
     topic = unique_name()
-    http(node, "POST", f"/topic/create?topic={topic}")
-    http(node, "POST", f"/channel/create?topic={topic}&channel=ch")
+    make_channel(node, topic, "ch")
     pub = Wire(node.tcp_address)
     pub.mpub(topic, [b"old1", b"old2", b"old3"])
     pub.cmd(b"DPUB", topic, "1500", body=b"deferred-too-long")  # due after its TTL
@@ -39,9 +38,8 @@ def test_msg_ttl_drops_old_messages_at_delivery(nsqd_factory, mem):
 def test_msg_ttl_with_explicit_dead_letter_topic(nsqd_factory):
     node = nsqd_factory()
     topic = unique_name()
-    http(node, "POST", f"/topic/create?topic={topic}")
-    http(node, "POST", f"/channel/create?topic={topic}&channel=ch")
-    http(node, "POST", f"/channel/create?topic={topic}&channel=keep")
+    make_channel(node, topic, "ch")
+    make_channel(node, topic, "keep")
     status, _ = http_json(node, "POST", f"/channel/config?topic={topic}&channel=ch",
                           {"msg_ttl": "300ms", "dead_letter_topic": "expired_%s"})
     assert status == 200
@@ -64,7 +62,7 @@ def test_msg_ttl_with_explicit_dead_letter_topic(nsqd_factory):
 def test_requeue_on_disconnect(nsqd_factory, flag):
     node = nsqd_factory(*(["--requeue-on-disconnect"] if flag else []), "--msg-timeout=30s")
     topic = unique_name()
-    http(node, "POST", f"/channel/create?topic={topic}&channel=ch")
+    make_channel(node, topic, "ch")
     Wire(node.tcp_address).mpub(topic, [b"a", b"b", b"c"])
     a = Wire(node.tcp_address)
     a.sub(topic, "ch", rdy=3)
@@ -90,7 +88,7 @@ def test_requeue_on_disconnect(nsqd_factory, flag):
 def test_requeue_on_disconnect_respects_max_attempts(nsqd_factory):
     node = nsqd_factory("--requeue-on-disconnect", "--max-attempts=1")
     topic = unique_name()
-    http(node, "POST", f"/channel/create?topic={topic}&channel=ch")
+    make_channel(node, topic, "ch")
     Wire(node.tcp_address).pub(topic, b"crashy")
     a = Wire(node.tcp_address)
     a.sub(topic, "ch", rdy=1)
