@@ -125,7 +125,8 @@ class Nsqd(NsqServer):
         return self.directory
 
     def own_flags(self) -> list[str]:
-        return [f"--data-path={self.directory}"]
+        # NSQPY_TEST_NSQD_FLAGS: run a suite against nsqd with opt-in features on (issue #13)
+        return [f"--data-path={self.directory}", *os.environ.get("NSQPY_TEST_NSQD_FLAGS", "").split()]
 
 
 class Nsqlookupd(NsqServer):
