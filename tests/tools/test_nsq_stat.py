@@ -127,3 +127,21 @@ def test_flag_errors(args, message):
     result = run_tool("nsq_stat", *args, timeout=20)
     assert result.returncode == 1
     assert message in result.stderr.decode()
+
+
+@pytest.mark.timeout(60)
+def test_lifecycle_columns_only_when_nsqd_reports_them(nsqd_factory):
+    """With nsqd's opt-in --max-attempts (issue #13) the channel's dead-letter, expired and
+    dropped counts get three more columns; without, the output above is upstream's."""
+    node = nsqd_factory("--max-attempts=5")
+    topic = unique_name("stat")
+    create_channel(node.http_address, topic, "ch")
+    mpub(node.http_address, topic, [b"m"] * 3)
+    result = run_tool("nsq_stat", f"--topic={topic}", "--channel=ch",
+                      f"--nsqd-http-address={node.http_address}", "--count=1", "--interval=200ms",
+                      timeout=30)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().split("\n")
+    assert lines[0] == HEADER[0] + "+---------lifecycle------"
+    assert lines[1] == HEADER[1] + " |  dead-l expired dropped"
+    assert lines[2] == quiet_line(3, 3) + " |       0       0       0"

@@ -35,6 +35,15 @@ HEADER = (
     + "%7s %7s | %7s %7s %7s %5s %5s | %7s %7s %12s %7s" % (
         "ingress", "egress", "total", "mem", "disk", "inflt", "def", "req", "t-o", "msgs", "clients")
 )
+# extra columns when the channel uses nsqd's opt-in lifecycle controls (its /stats has the counts)
+LIFECYCLE_HEADER = ("+---------lifecycle------", " %7s %7s %7s" % ("dead-l", "expired", "dropped"))
+
+
+def header(cur: "ChannelStats") -> str:
+    if not cur.lifecycle:
+        return HEADER
+    top, names = HEADER.split("\n")
+    return f"{top}{LIFECYCLE_HEADER[0]}\n{names} |{LIFECYCLE_HEADER[1]}"
 
 
 def _count(raw: str) -> int:
@@ -73,6 +82,10 @@ class ChannelStats:
     message_count: int = 0
     client_count: int = 0
     paused: bool = False
+    lifecycle: bool = False
+    dead_letter_count: int = 0
+    expired_count: int = 0
+    dropped_count: int = 0
 
     def add(self, ch: dict[str, Any]) -> None:
         depth = int(ch.get("depth") or 0)
@@ -87,15 +100,23 @@ class ChannelStats:
         self.message_count += int(ch.get("message_count") or 0)
         self.client_count += int(ch.get("client_count") or 0)
         self.paused = self.paused or bool(ch.get("paused"))
+        if "dead_letter_count" in ch:
+            self.lifecycle = True
+            self.dead_letter_count += int(ch.get("dead_letter_count") or 0)
+            self.expired_count += int(ch.get("expired_count") or 0)
+            self.dropped_count += int(ch.get("dropped_count") or 0)
 
 
 def format_line(cur: ChannelStats, prev: ChannelStats, interval: float) -> str:
     ingress = int((cur.message_count - prev.message_count) / interval)
     egress = int((cur.message_count - prev.message_count - (cur.depth - prev.depth)) / interval)
-    return "%7d %7d | %7d %7d %7d %5d %5d | %7d %7d %12d %7d" % (
+    line = "%7d %7d | %7d %7d %7d %5d %5d | %7d %7d %12d %7d" % (
         ingress, egress, cur.depth, cur.memory_depth, cur.backend_depth, cur.in_flight_count,
         cur.deferred_count, cur.requeue_count, cur.timeout_count, cur.message_count,
         cur.client_count)
+    if cur.lifecycle:
+        line += " | %7d %7d %7d" % (cur.dead_letter_count, cur.expired_count, cur.dropped_count)
+    return line
 
 
 def _unwrap(data: Any) -> Any:
@@ -185,7 +206,7 @@ async def stat_loop(o: Any, logger: Any) -> int:
                 fatal(PROGRAM, f"ERROR: failed to find channel({o.channel}) in stats metadata "
                                f"for topic({o.topic})")
             if i % 25 == 0:
-                print(HEADER, file=out)
+                print(header(cur), file=out)
             if prev is not None:
                 print(format_line(cur, prev, o.interval), file=out)
             out.flush()
