@@ -225,8 +225,8 @@ class Channel:
         client.requeue_count += 1
         self.requeue_count += 1
         msg = entry[:4]
-        if self.max_attempts and msg[3] >= self.max_attempts and not spent_ones_dead_lettered(self, [msg]):
-            return
+        if self.max_attempts and not spent_ones_dead_lettered(self, [msg]):
+            return  # delivered max_attempts times: moved to the dead-letter topic
         if delay <= 0:
             self.requeue([msg])
         else:
