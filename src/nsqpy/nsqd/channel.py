@@ -22,7 +22,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
-from ..protocol.message import _FRAME_PREFIX, decode_message, encode_message
+from ..protocol.message import _FRAME_PREFIX, encode_message
 from ..protocol.names import is_ephemeral
 from .metadata import take_deferred_sidecar, write_deferred_sidecar
 from .quantile import LatencyQuantiles
@@ -129,19 +129,20 @@ class Channel:
         backend = self.backend
         took = len(out)
         if len(out) < n and backend.depth:
+            got = backend.get_messages(n - len(out))
+            took += len(got)
             restored = self.due_after_restart
-            now_ns = _time_ns()
-            for raw in backend.get_many(n - len(out)):
-                took += 1
-                m = decode_message(raw)
-                msg = (m.id, m.body, m.timestamp, m.attempts)
-                if restored:
-                    due_ns = restored.pop(m.id, 0)
+            if not restored:
+                out += got
+            else:
+                now_ns = _time_ns()
+                for msg in got:
+                    due_ns = restored.pop(msg[0], 0)
                     if due_ns > now_ns:  # deferred before the restart: wait out the rest
                         heapq.heappush(self.deferred,
                                        (_monotonic() + (due_ns - now_ns) / 1e9, next(_seq), msg))
                         continue
-                out.append(msg)
+                    out.append(msg)
         return out if took else None
 
     def dispatch(self) -> None:
@@ -181,9 +182,8 @@ class Channel:
             if rate and random.randrange(100) > rate:
                 continue  # sampled out: consumed, never delivered (upstream)
             attempts += 1
-            append(_pack_frame_prefix(len(body) + 30, 2, ts, attempts & 0xFFFF))
-            append(mid)
-            append(body)
+            # one piece per frame: the connection's b"".join of the batch is then 3x cheaper
+            append(_pack_frame_prefix(len(body) + 30, 2, ts, attempts & 0xFFFF) + mid + body)
             in_flight[mid] = (mid, body, ts, attempts, deadline, now)
             sent += 1
         client.message_count += sent
