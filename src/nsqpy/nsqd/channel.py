@@ -21,7 +21,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
+from ..protocol.errors import E_FIN_FAILED, E_INVALID, E_REQ_FAILED, E_TOUCH_FAILED, ClientError, FatalError
+from ..protocol.frames import encode_error
 from ..protocol.message import _FRAME_PREFIX, encode_message
 from ..protocol.names import is_ephemeral
 from .metadata import take_deferred_sidecar, write_deferred_sidecar
@@ -209,6 +210,27 @@ class Channel:
         if self.e2e is not None:
             self.e2e.add(_time_ns() - entry[2])
 
+    def finish_many(self, client: "ClientV2", ids: list[bytes]) -> None:
+        """A run of FINs from one read (see :mod:`nsqpy.protocol.fin_run`): each id exactly as
+        :meth:`finish` treats it, in order; an unknown id adds its E_FIN_FAILED frame and the
+        rest go on, as separate FIN commands would."""
+        pop = client.in_flight.pop
+        e2e = self.e2e
+        now_ns = _time_ns() if e2e is not None else 0
+        done = 0
+        for mid in ids:
+            entry = pop(mid, None)
+            if entry is None:
+                try:
+                    self.finish(client, mid)
+                except ClientError as err:
+                    client.out.append(encode_error(err.payload))
+                continue
+            done += 1
+            if e2e is not None:
+                e2e.add(now_ns - entry[2])
+        client.finish_count += done
+
     def requeue_in_flight(self, client: "ClientV2", mid: bytes, delay: float) -> None:
         entry = client.in_flight.pop(mid, None)
         if entry is None:
@@ -344,3 +366,14 @@ class Channel:
         self.orphans.clear()
         self.backend.delete()
         write_deferred_sidecar(self.nsqd.data_path, self.queue_name, {})
+
+
+def finish_run(client: "ClientV2", params: list[bytes], ids: list[bytes]) -> None:
+    """The connection's handler of a parsed run of FINs (``fin_run.FIN_RUN``): what
+    ``ClientV2._fin`` does per FIN, once per run (a connection has a channel exactly while it
+    is subscribed or closing)."""
+    channel = client.channel
+    if channel is None:
+        raise FatalError(E_INVALID, "cannot FIN in current state")
+    channel.finish_many(client, ids)
+    client._acked = True
