@@ -16,6 +16,8 @@ The tools and upstream's nsqd are found in ``$NSQ_UPSTREAM_BIN`` (a directory) o
 upstream ``nsqd`` only ours is measured.
 
     NSQ_UPSTREAM_BIN=/path/to/upstream/bin python bench/upstream_bench.py --runfor 10s --rounds 2
+
+``--server NAME=PATH`` adds another nsqd (say, a wrapper running an older checkout) to the same run.
 """
 
 from __future__ import annotations
@@ -164,6 +166,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runfor", default="10s", help="each tool's --runfor (Go duration)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--server", action="append", default=[], metavar="NAME=NSQD",
+                    help="one more nsqd to measure in the same run (e.g. another branch's build)")
     ap.add_argument("--backlog", type=float, default=2.0,
                     help="the backlog's bench_writer runs this many times --runfor")
     ap.add_argument("--flags", choices=sorted(FLAG_SETS), nargs="*", default=sorted(FLAG_SETS, reverse=True))
@@ -175,6 +179,9 @@ def main() -> None:
     upstream = find_tool("nsqd")
     if upstream and Path(upstream).resolve() != Path(servers["nsqpy"]).resolve():
         servers = {"upstream": upstream, **servers}
+    for extra in args.server:
+        name, _, binary = extra.partition("=")
+        servers[name] = binary
     seconds = go_seconds(args.runfor)
     backlog = f"{seconds * args.backlog:g}s"
     for flag_set in args.flags:
@@ -187,13 +194,14 @@ def main() -> None:
         rows = [("publish", "publish"), ("consume the backlog", "consume"),
                 ("publish, both at once", "both_pub"), ("consume, both at once", "both_sub")]
         names = list(servers)
-        print("| | " + " | ".join(names) + (" | ratio |" if len(names) == 2 else " |"))
-        print("|---|" + "---:|" * (len(names) + (len(names) == 2)))
+        # ratios of every other server to the first (upstream when it was found)
+        print("| | " + " | ".join(names) + " |" + "".join(f" {n}/{names[0]} |" for n in names[1:]))
+        print("|---|" + "---:|" * (2 * len(names) - 1))
         for label, key in rows:
             vals = [median(getattr(figures[n], key)) for n in names]
-            ratio = f" {vals[1] / vals[0]:.2f}x |" if len(vals) == 2 and vals[0] else ""
+            ratios = "".join(f" {v / vals[0]:.2f}x |" if vals[0] else " |" for v in vals[1:])
             marks = [" (drained)" if key == "consume" and figures[n].drained else "" for n in names]
-            print(f"| {label} | " + " | ".join(f"{v:,.0f}{m}" for v, m in zip(vals, marks)) + " |" + ratio)
+            print(f"| {label} | " + " | ".join(f"{v:,.0f}{m}" for v, m in zip(vals, marks)) + " |" + ratios)
         print("| RSS after the backlog run (MiB) | "
               + " | ".join(f"{median(figures[n].rss):.0f}" for n in names) + " |")
 
