@@ -3,8 +3,12 @@
 Issue #11's yardstick in one command. For each flag set (in memory, and default flags that spill to disk)
 and each server, on a fresh data directory and free ports:
 
-1. ``bench_writer`` for ``--runfor`` (MPUB 200 x 200 B, upstream's defaults) -> publish rate;
-2. ``bench_reader`` for ``--runfor`` (RDY 2500, one FIN per message) draining that backlog -> consume rate;
+1. ``bench_writer`` for ``--backlog`` times ``--runfor`` (MPUB 200 x 200 B, upstream's defaults) ->
+   publish rate;
+2. ``bench_reader`` for ``--runfor`` (RDY 2500, one FIN per message) draining that backlog -> consume rate.
+   ``bench_reader`` divides what it got by its whole ``--runfor``, so a backlog that runs dry early
+   only shows the publish rate again: the channel's depth is read afterwards and a drained run is
+   marked ``(drained)`` -- that figure is a lower bound, rerun with a larger ``--backlog``;
 3. both at once on a fresh server -> publish and consume rates while the other runs.
 
 Servers alternate within each round so that the machine's drift hits both alike; ``--rounds`` repeats.
@@ -12,11 +16,14 @@ The tools and upstream's nsqd are found in ``$NSQ_UPSTREAM_BIN`` (a directory) o
 upstream ``nsqd`` only ours is measured.
 
     NSQ_UPSTREAM_BIN=/path/to/upstream/bin python bench/upstream_bench.py --runfor 10s --rounds 2
+
+``--server NAME=PATH`` adds another nsqd (say, a wrapper running an older checkout) to the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -37,6 +44,15 @@ FLAG_SETS = {
     "memory": ["--mem-queue-size=1000000"],
     "default": [],
 }
+
+
+def go_seconds(duration: str) -> float:
+    """Seconds in a simple Go duration (``10s``, ``1m30s``, ``500ms``)."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"([0-9.]+)(h|ms|us|ns|m|s)", duration)
+    if not parts or "".join(a + b for a, b in parts) != duration:
+        raise SystemExit(f"bad duration {duration!r}")
+    return sum(float(a) * units[b] for a, b in parts)
 
 
 def find_tool(name: str) -> str | None:
@@ -84,7 +100,7 @@ def nsqd(binary: str, flags: list[str]) -> Iterator[tuple[str, subprocess.Popen]
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"{binary} did not start")
                 time.sleep(0.05)
-        yield f"127.0.0.1:{tcp}", proc
+        yield f"127.0.0.1:{tcp}", f"127.0.0.1:{http}", proc
     finally:
         proc.terminate()
         try:
@@ -93,6 +109,21 @@ def nsqd(binary: str, flags: list[str]) -> Iterator[tuple[str, subprocess.Popen]
             proc.kill()
             proc.wait()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def channel_depth(http: str) -> int:
+    """Depth of bench_reader's channel (``sub_bench``/``ch``) from /stats, -1 when unknown."""
+    try:
+        with urllib.request.urlopen(f"http://{http}/stats?format=json&topic=sub_bench", timeout=10) as r:
+            stats = json.load(r)
+    except (OSError, ValueError):
+        return -1
+    stats = stats.get("data", stats)  # upstream v1.3.0 answers without the old "data" wrapper
+    for topic in stats.get("topics") or []:
+        for channel in topic.get("channels") or []:
+            if channel.get("channel_name") == "ch":
+                return int(channel.get("depth", 0)) + int(channel.get("in_flight_count", 0))
+    return -1
 
 
 def start_tool(tool: str, addr: str, runfor: str) -> subprocess.Popen:
@@ -115,14 +146,17 @@ class Figures:
     both_pub: list[float] = field(default_factory=list)
     both_sub: list[float] = field(default_factory=list)
     rss: list[float] = field(default_factory=list)
+    drained: int = 0  # consume runs whose backlog ran dry (their figure is a lower bound)
 
 
-def measure(binary: str, flags: list[str], writer: str, reader: str, runfor: str, fig: Figures) -> None:
-    with nsqd(binary, flags) as (addr, proc):
-        fig.publish.append(ops_of(start_tool(writer, addr, runfor)))
+def measure(binary: str, flags: list[str], writer: str, reader: str, runfor: str, backlog: str,
+            fig: Figures) -> None:
+    with nsqd(binary, flags) as (addr, http, proc):
+        fig.publish.append(ops_of(start_tool(writer, addr, backlog)))
         fig.consume.append(ops_of(start_tool(reader, addr, runfor)))
         fig.rss.append(rss_mib(proc.pid))
-    with nsqd(binary, flags) as (addr, _):
+        fig.drained += channel_depth(http) == 0
+    with nsqd(binary, flags) as (addr, _, _):
         w, r = start_tool(writer, addr, runfor), start_tool(reader, addr, runfor)
         fig.both_pub.append(ops_of(w))
         fig.both_sub.append(ops_of(r))
@@ -132,6 +166,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runfor", default="10s", help="each tool's --runfor (Go duration)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--server", action="append", default=[], metavar="NAME=NSQD",
+                    help="one more nsqd to measure in the same run (e.g. another branch's build)")
+    ap.add_argument("--backlog", type=float, default=2.0,
+                    help="the backlog's bench_writer runs this many times --runfor")
     ap.add_argument("--flags", choices=sorted(FLAG_SETS), nargs="*", default=sorted(FLAG_SETS, reverse=True))
     args = ap.parse_args()
     writer, reader = find_tool("bench_writer"), find_tool("bench_reader")
@@ -141,22 +179,29 @@ def main() -> None:
     upstream = find_tool("nsqd")
     if upstream and Path(upstream).resolve() != Path(servers["nsqpy"]).resolve():
         servers = {"upstream": upstream, **servers}
+    for extra in args.server:
+        name, _, binary = extra.partition("=")
+        servers[name] = binary
+    seconds = go_seconds(args.runfor)
+    backlog = f"{seconds * args.backlog:g}s"
     for flag_set in args.flags:
         figures = {name: Figures() for name in servers}
         for _ in range(args.rounds):
             for name, binary in servers.items():
-                measure(binary, FLAG_SETS[flag_set], writer, reader, args.runfor, figures[name])
+                measure(binary, FLAG_SETS[flag_set], writer, reader, args.runfor, backlog, figures[name])
         print(f"\n## {flag_set} ({' '.join(FLAG_SETS[flag_set]) or 'default flags'}), "
-              f"runfor {args.runfor}, {args.rounds} round(s), median msgs/s")
+              f"runfor {args.runfor} (backlog written for {backlog}), {args.rounds} round(s), median msgs/s")
         rows = [("publish", "publish"), ("consume the backlog", "consume"),
                 ("publish, both at once", "both_pub"), ("consume, both at once", "both_sub")]
         names = list(servers)
-        print("| | " + " | ".join(names) + (" | ratio |" if len(names) == 2 else " |"))
-        print("|---|" + "---:|" * (len(names) + (len(names) == 2)))
+        # ratios of every other server to the first (upstream when it was found)
+        print("| | " + " | ".join(names) + " |" + "".join(f" {n}/{names[0]} |" for n in names[1:]))
+        print("|---|" + "---:|" * (2 * len(names) - 1))
         for label, key in rows:
             vals = [median(getattr(figures[n], key)) for n in names]
-            ratio = f" {vals[1] / vals[0]:.2f}x |" if len(vals) == 2 and vals[0] else ""
-            print(f"| {label} | " + " | ".join(f"{v:,.0f}" for v in vals) + " |" + ratio)
+            ratios = "".join(f" {v / vals[0]:.2f}x |" if vals[0] else " |" for v in vals[1:])
+            marks = [" (drained)" if key == "consume" and figures[n].drained else "" for n in names]
+            print(f"| {label} | " + " | ".join(f"{v:,.0f}{m}" for v, m in zip(vals, marks)) + " |" + ratios)
         print("| RSS after the backlog run (MiB) | "
               + " | ".join(f"{median(figures[n].rss):.0f}" for n in names) + " |")
 

@@ -68,14 +68,24 @@ def bad_files(path: Path) -> list[str]:
     return [f for f in files(path) if f.endswith(".bad")]
 
 
-def drain(q: DiskQueue, batch: int = 7) -> list[bytes]:
-    out: list[bytes] = []
+def drain(q: DiskQueue, batch: int = 7, get=None) -> list:
+    out: list = []
     for _ in range(100000):
-        got = q.get_many(batch)
+        got = (get or q.get_many)(batch)
         if not got:
             return out
         out.extend(got)
     raise AssertionError("drain did not terminate")
+
+
+def as_message(record: bytes) -> tuple[bytes, bytes, int, int]:
+    """What get_messages makes of a record, by an independent decoder of the NSQ header."""
+    ts, attempts = struct.unpack(">qH", record[:10])
+    return record[10:26], record[26:], ts, attempts
+
+
+def drain_messages(q: DiskQueue, batch: int = 7) -> list[tuple[bytes, bytes, int, int]]:
+    return drain(q, batch, q.get_messages)
 
 
 def crash(q: DiskQueue) -> None:
@@ -251,6 +261,45 @@ def test_record_larger_than_read_chunk(tmp_path: Path, monkeypatch: pytest.Monke
     assert q.get() == msgs[0]
     assert q.get_many(5) == msgs[1:6]
     assert drain(q, 3) == msgs[6:]
+    q.close()
+
+
+def test_get_messages_decodes_in_the_same_pass(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """nsqd's read path: records come out as (id, body, timestamp, attempts), FIFO with
+    get/get_many, also when records straddle read chunks and files."""
+    monkeypatch.setattr(dqmod, "READ_CHUNK", 97)
+    q = open_q(tmp_path, max_bytes=700, max_size=1 << 20)
+    msgs = [struct.pack(">qH", 10**18 + i, i % 65536) + b"%016x" % i + bytes([i % 251]) * (i * 37 % 300)
+            for i in range(60)]
+    q.put_many(msgs)
+    assert q.get_messages(0) == []
+    assert q.get_messages(1) == [as_message(msgs[0])]
+    assert q.get() == msgs[1]
+    assert q.get_messages(5) == [as_message(m) for m in msgs[2:7]]
+    assert q.depth == 53
+    assert drain_messages(q, 4) == [as_message(m) for m in msgs[7:]]
+    assert q.depth == 0 and q.get_messages(10) == []
+    assert DummyQueue().get_messages(5) == []
+    q.close()
+
+
+def test_get_messages_truncated_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    q, msgs = _three_files(tmp_path)
+    os.truncate(data_file(tmp_path, 1), 400 + 10)  # 3 valid records, then 10 bytes of a 4th
+    assert drain_messages(q, 5) == [as_message(m) for m in msgs[:11] + msgs[16:]]
+    assert bad_files(tmp_path) == [data_file(tmp_path, 1).name + ".bad"]
+    assert "truncated record" in caplog.text
+    q.close()
+
+
+def test_get_messages_refuses_records_shorter_than_a_message(tmp_path: Path) -> None:
+    """A queue opened with a smaller minimum still never hands out a header-less message."""
+    q = open_q(tmp_path, min_size=1)
+    q.put_many([msg(0), b"short", msg(1)])
+    assert q.get_messages(10) == [as_message(msg(0))]
+    assert q.get_messages(10) == []
+    assert bad_files(tmp_path) == [data_file(tmp_path, 0).name + ".bad"]
     q.close()
 
 
@@ -551,14 +600,17 @@ def test_corrupt_truncated_final_record_of_write_file(tmp_path: Path) -> None:
     q2.close()
 
 
+@pytest.mark.parametrize("decoded", [False, True], ids=["get_many", "get_messages"])
 @pytest.mark.parametrize("length", [0x7FFFFFFF, -1, 0, MIN - 1, MAX + 1])
-def test_corrupt_length_prefix(tmp_path: Path, length: int) -> None:
+def test_corrupt_length_prefix(tmp_path: Path, length: int, decoded: bool) -> None:
     q, msgs = _three_files(tmp_path)
     with open(data_file(tmp_path, 1), "r+b") as f:
         f.seek(2 * 124)
         f.write(struct.pack(">i", length))
-    got = drain(q)
-    assert got == msgs[:10] + msgs[16:]
+    if decoded:
+        assert drain_messages(q) == [as_message(m) for m in msgs[:10] + msgs[16:]]
+    else:
+        assert drain(q) == msgs[:10] + msgs[16:]
     assert bad_files(tmp_path) == [data_file(tmp_path, 1).name + ".bad"]
     assert q.depth == 0
     q.close()
@@ -987,6 +1039,7 @@ ops = st.lists(
         st.tuples(st.just("put_many"), st.lists(st.integers(26, 300), max_size=25)),
         st.tuples(st.just("get"), st.just(0)),
         st.tuples(st.just("get_many"), st.integers(0, 30)),
+        st.tuples(st.just("get_messages"), st.integers(0, 30)),
         st.tuples(st.just("reopen"), st.just(0)),
         st.tuples(st.just("crash"), st.just(0)),
         st.tuples(st.just("sync"), st.just(0)),
@@ -1035,6 +1088,11 @@ def test_property_fifo_and_depth(tmp_path: Path, ops, max_bytes: int, sync_every
             got = q.get_many(arg)
             n = min(arg, len(log) - head)
             assert got == log[head:head + n]
+            head += n
+        elif op == "get_messages":
+            got = q.get_messages(arg)
+            n = min(arg, len(log) - head)
+            assert got == [as_message(m) for m in log[head:head + n]]
             head += n
         elif op == "sync":
             q.sync()

@@ -44,8 +44,10 @@ from ..protocol.errors import (
     E_UNAUTHORIZED,
     ClientError, FatalError, ProtocolError,
 )
+from ..protocol.fin_run import FIN_RUN
 from ..protocol.frames import CLOSE_WAIT_FRAME, HEARTBEAT_FRAME, OK_FRAME, encode_error, encode_response
 from ..protocol.names import is_valid_name
+from .channel import finish_run
 from .stats import go_json
 from .tls import TLS_REQUIRED_FALSE, TLSInfo
 
@@ -122,6 +124,7 @@ class ClientV2(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = CommandParser(nsqd.limits)
         self.parser.stop_after_identify = True
+        self.parser.fin_runs = True
         self._magic = bytearray()
         self._gate: int | None = _G_MAGIC
         self._held: list | None = None  # parsed commands waiting for the gate to open
@@ -901,7 +904,7 @@ _HANDLERS: dict[bytes, Callable[..., None]] = {
     b"FIN": ClientV2._fin, b"RDY": ClientV2._rdy, b"REQ": ClientV2._req, b"PUB": ClientV2._pub,
     b"MPUB": ClientV2._mpub, b"DPUB": ClientV2._dpub, b"NOP": ClientV2._nop,
     b"TOUCH": ClientV2._touch, b"SUB": ClientV2._sub, b"CLS": ClientV2._cls,
-    b"AUTH": ClientV2._auth, b"IDENTIFY": ClientV2._identify,
+    b"AUTH": ClientV2._auth, b"IDENTIFY": ClientV2._identify, FIN_RUN: finish_run,
 }
 _AUTH_HANDLERS: dict[bytes, Callable[..., None]] = {
     **_HANDLERS, b"PUB": ClientV2._pub_authed, b"MPUB": ClientV2._mpub_authed,

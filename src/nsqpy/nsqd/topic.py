@@ -11,7 +11,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..protocol.message import decode_message, encode_message
+from ..protocol.message import encode_message
 from ..protocol.names import is_ephemeral
 from .bounded import trim
 from .channel import Channel, Msg
@@ -120,21 +120,29 @@ class Topic:
         self._pump_scheduled = False
         if self.exiting or not self._flowing():
             return
-        batch: list[tuple] = []
         mem = self.mem
-        while mem and len(batch) < PUMP_BATCH:
-            batch.append(mem.popleft())
+        if len(mem) <= PUMP_BATCH:
+            batch: list[tuple] = list(mem)
+            mem.clear()
+        else:
+            popleft = mem.popleft
+            batch = [popleft() for _ in range(PUMP_BATCH)]
         if len(batch) < PUMP_BATCH and self.backend.depth:
             restored = self.due_after_restart
-            for raw in self.backend.get_many(PUMP_BATCH - len(batch)):
-                m = decode_message(raw)
-                due_ns = restored.pop(m.id, 0) if restored else 0
-                if due_ns:  # deferred before the restart: keep the rest of the delay
-                    due = _monotonic() + max(0.0, (due_ns - time.time_ns()) / 1e9)
-                    batch.append((m.id, m.body, m.timestamp, m.attempts, due))
-                else:
-                    batch.append((m.id, m.body, m.timestamp, m.attempts))
-        plain = [it for it in batch if len(it) == 4]
+            got = self.backend.get_messages(PUMP_BATCH - len(batch))
+            if not restored:
+                batch += got
+            else:
+                for msg in got:
+                    due_ns = restored.pop(msg[0], 0)
+                    if due_ns:  # deferred before the restart: keep the rest of the delay
+                        due = _monotonic() + max(0.0, (due_ns - time.time_ns()) / 1e9)
+                        batch.append(msg + (due,))
+                    else:
+                        batch.append(msg)
+        # deferred publishes (5-tuples) are rare: one C-level scan finds whether any are here
+        deferred = [it for it in batch if len(it) == 5] if 5 in map(len, batch) else []
+        plain = [it for it in batch if len(it) == 4] if deferred else batch
         for channel in list(self.channels.values()):
             try:
                 if plain:
@@ -142,9 +150,8 @@ class Topic:
             except OSError as err:
                 self.nsqd.logger.error("topic(%s): failed to put to channel(%s) - %s",
                                        self.name, channel.name, err)
-            for it in batch:
-                if len(it) == 5:
-                    channel.put_deferred(it[:4], it[4])
+            for it in deferred:
+                channel.put_deferred(it[:4], it[4])
         self._schedule_pump()
 
     # --- channels ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from .errors import E_BAD_BODY, E_BAD_MESSAGE, E_BAD_PROTOCOL, E_BAD_TOPIC, E_INVALID, FatalError
+from .fin_run import match_fin_run
 from .names import is_valid_name
 
 MAGIC_V2 = b"  V2"
@@ -188,7 +189,8 @@ class CommandParser:
       before looking at their bodies (TLS required but not negotiated) installs its own.
     """
 
-    __slots__ = ("_buf", "_limits", "_pending", "_dead", "stop_after_identify", "pre_body_check")
+    __slots__ = ("_buf", "_limits", "_pending", "_dead", "stop_after_identify", "pre_body_check",
+                 "fin_runs")
 
     def __init__(self, limits: Limits | None = None) -> None:
         self._buf = bytearray()
@@ -198,6 +200,7 @@ class CommandParser:
         self._dead = False
         self.stop_after_identify = False
         self.pre_body_check = pre_body_checks
+        self.fin_runs = False  # nsqd: back-to-back FINs come out as one command (see fin_run)
 
     def take_buffer(self) -> bytes:
         """Hand back unparsed bytes (after IDENTIFY switches the stream to compression)."""
@@ -243,6 +246,12 @@ class CommandParser:
                         if name == b"IDENTIFY" and self.stop_after_identify:
                             break
                     continue
+                if self.fin_runs and buf.startswith(b"FIN ", pos):
+                    run = match_fin_run(buf, pos)
+                    if run is not None:
+                        pos = run[0]
+                        out.append(run[1])
+                        continue
                 nl = buf.find(b"\n", pos)
                 if nl < 0:
                     if end - pos > MAX_LINE_LENGTH:
