@@ -4,14 +4,24 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# tests/spark run a second time on the oldest PySpark the spark extra allows (pyspark>=4.0)
+SPARK_MIN := 4.0.*
+VENV_MIN := .venv-spark-min
+STAMP_MIN := $(VENV_MIN)/.installed
 
 .PHONY: run test bench clean setup browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pip install -q -e '.[test,spark,connect]'
 	touch $(STAMP)
+
+$(STAMP_MIN): pyproject.toml
+	$(PYTHON) -m venv $(VENV_MIN)
+	$(VENV_MIN)/bin/python -m pip install -q --upgrade pip
+	$(VENV_MIN)/bin/python -m pip install -q 'pyspark==$(SPARK_MIN)' -e '.[test,spark]'
+	touch $(STAMP_MIN)
 
 setup: $(STAMP)
 
@@ -29,11 +39,13 @@ tests/js/node_modules/.installed: tests/js/package.json
 run: $(STAMP)
 	$(VENV)/bin/nsqpy-dev
 
-test: $(STAMP) tests/js/node_modules/.installed browser
+test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed browser
 	$(PY) -m pytest -q -p no:cacheprovider
+	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
+	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py
 
 bench: $(STAMP)
 	$(PY) bench/nsqd_bench.py
 
 clean:
-	rm -rf $(VENV) tests/js/node_modules
+	rm -rf $(VENV) $(VENV_MIN) tests/js/node_modules

@@ -5,7 +5,7 @@
 Reads ``T`` with the nsq source and, per micro-batch (foreachBatch), appends every row to
 ``DIR/raw`` (what was delivered, duplicates included) and upserts it into ``DIR/dedup`` with
 the effectively-once recipe (``nsqpy.spark.upsert_to_parquet`` on (nsqd_address, id)).
-``stream`` runs until killed; ``drain`` uses trigger(availableNow=True) and exits when the
+``stream`` runs until killed; ``drain`` uses trigger(availableNow=True) (PySpark >= 4.2) and exits when the
 backlog is read. Both use the checkpoint ``DIR/ckpt``. With ``--max-in-flight`` equal to the
 batch size and a long ``--poll-ms``, every committed batch waits that long for its FIN (the
 next read finds nothing and waits): a kill then lands between Spark's commit and the FIN.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # tests/, for spark.nsq_spark_util
 
-from spark.nsq_spark_util import build_spark, stop_spark  # noqa: E402
+from spark.nsq_spark_util import build_spark, start_to_end, stop_spark  # noqa: E402
 
 
 def main() -> None:
@@ -59,9 +59,10 @@ def main() -> None:
         .load()
     )
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(work / "ckpt"))
-    if args.mode == "drain":
-        writer = writer.trigger(availableNow=True)
-    query = writer.start()
+    if args.mode == "drain":  # AvailableNow (on PySpark < 4.2: stopped once drained)
+        query = start_to_end(writer, args.nsqd_http, args.topic)
+    else:
+        query = writer.start()
     print("started", flush=True)
     query.awaitTermination()
     if query.exception() is not None:

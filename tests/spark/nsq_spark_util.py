@@ -144,3 +144,35 @@ def stop_spark(spark) -> None:
             proc.wait(5)
     SparkContext._gateway = None
     SparkContext._jvm = None
+
+
+# --- AvailableNow on every PySpark 4.x ------------------------------------------------------
+
+
+class _DrainedQuery:
+    """A default-trigger query whose ``awaitTermination`` stops it once nsqd shows the channel
+    drained (nsqpy.spark.stop_when_drained): what AvailableNow does, on PySpark < 4.2."""
+
+    def __init__(self, query, options: dict[str, str]) -> None:
+        self._query = query
+        self._options = options
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        from nsqpy.spark import stop_when_drained
+
+        return stop_when_drained(self._query, self._options, timeout=timeout)
+
+    def __getattr__(self, name: str):
+        return getattr(self._query, name)
+
+
+def start_to_end(writer, nsqd_http: str, topic: str, channel: str = "spark"):
+    """Start a query that must read the channel's backlog and end: ``trigger(availableNow=True)``
+    where PySpark has it for Python sources (>= 4.2), else the default trigger stopped when drained
+    (the recipe docs/spark.md gives for 4.0/4.1). Call ``awaitTermination(timeout)`` on the result."""
+    from nsqpy.spark._compat import HAS_AVAILABLE_NOW
+
+    if HAS_AVAILABLE_NOW:
+        return writer.trigger(availableNow=True).start()
+    options = {"nsqd_http_addresses": nsqd_http, "nsqd_tcp_addresses": "127.0.0.1:1", "topic": topic, "channel": channel}
+    return _DrainedQuery(writer.start(), options)

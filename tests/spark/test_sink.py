@@ -6,7 +6,7 @@ import pytest
 
 from helpers.servers import unique_name
 
-from spark.nsq_spark_util import create_channel, drain, publish_n, stats
+from spark.nsq_spark_util import create_channel, drain, publish_n, start_to_end, stats
 
 
 @pytest.mark.timeout(90)
@@ -69,8 +69,9 @@ def test_stream_nsq_to_nsq(spark, nsqd, tmp_path):
         .option("maxBatchSize", 600).option("pollTimeoutMs", 50).load()
         .select("body")
         .writeStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", dst)
-        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
     )
+    query = start_to_end(query, nsqd.http_address, src, "copy")
     assert query.awaitTermination(90)
     assert query.exception() is None
     assert sorted(drain(nsqd.tcp_address, dst, n)) == sorted(bodies)

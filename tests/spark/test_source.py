@@ -9,8 +9,9 @@ import pytest
 
 from helpers.servers import Nsqd, unique_name
 from nsqpy.spark import dedupe_within_watermark
+from nsqpy.spark._compat import HAS_AVAILABLE_NOW
 
-from spark.nsq_spark_util import channel_stats, create_channel, publish_n, wait_until
+from spark.nsq_spark_util import channel_stats, create_channel, publish_n, start_to_end, wait_until
 
 
 def nsq_stream(spark, topic: str, channel: str = "spark", *, nsqd: Nsqd | None = None, **options):
@@ -35,9 +36,8 @@ def test_n_messages_become_n_rows_and_all_are_finished(spark, nsqd, tmp_path):
         .writeStream.format("parquet")
         .option("path", str(tmp_path / "out"))
         .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
     )
+    query = start_to_end(query, nsqd.http_address, topic)
     assert query.awaitTermination(90), "AvailableNow query did not end"
     assert query.exception() is None
     df = spark.read.parquet(str(tmp_path / "out"))
@@ -69,7 +69,7 @@ def test_stopped_mid_stream_and_restarted_loses_nothing(spark, nsqd_factory, tmp
     def start(available_now: bool):
         df = dedupe_within_watermark(nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=250, msgTimeoutMs=2000))
         writer = df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
-        return writer.trigger(availableNow=True).start() if available_now else writer.start()
+        return start_to_end(writer, nsqd.http_address, topic) if available_now else writer.start()
 
     more: list[bytes] = []
 
@@ -117,9 +117,8 @@ def test_slow_sink_longer_than_msg_timeout_causes_no_redelivery(spark, nsqd, tmp
                    heartbeatIntervalMs=1000)
         .writeStream.foreachBatch(slow_sink)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
     )
+    query = start_to_end(query, nsqd.http_address, topic)
     assert query.awaitTermination(100)
     assert query.exception() is None
     assert len(seen) == n
@@ -144,7 +143,7 @@ def test_two_nsqd_found_and_followed_via_lookupd(spark, nsqd_factory, lookupd, t
 
     def sink(batch_df, batch_id: int) -> None:
         for r in batch_df.select("body", "nsqd_address").collect():
-            seen[r.body] = r.nsqd_address
+            seen[bytes(r.body)] = r.nsqd_address  # PySpark 4.0 gives binary as bytearray
 
     query = (
         nsq_stream(spark, topic, lookupd_http_addresses=lookupd.http_address, lookupdPollIntervalMs=300,
@@ -183,6 +182,7 @@ def _producers(lookupd, topic: str) -> int:
         return 0
 
 
+@pytest.mark.skipif(not HAS_AVAILABLE_NOW, reason="AvailableNow needs PySpark >= 4.2; see the guard test")
 @pytest.mark.timeout(90)
 def test_available_now_with_tcp_addresses_only_and_an_empty_topic(spark, nsqd, tmp_path):
     """Without an HTTP address the backlog is unknown: the query ends once the channel stays
@@ -203,6 +203,25 @@ def test_available_now_with_tcp_addresses_only_and_an_empty_topic(spark, nsqd, t
              .option("checkpointLocation", str(tmp_path / "ckpt2")).trigger(availableNow=True).start())
     assert query.awaitTermination(60)
     assert spark.table(query.name).count() == 0
+
+
+@pytest.mark.skipif(HAS_AVAILABLE_NOW, reason="PySpark >= 4.2 runs AvailableNow: tested above")
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("trigger", [{"availableNow": True}, {"once": True}])
+def test_available_now_and_once_are_stopped_with_the_reason_before_pyspark_4_2(spark, nsqd, tmp_path, trigger):
+    """PySpark 4.0/4.1 would run one micro-batch it never commits (so never FINished) and end as if
+    the backlog were read: register()'s guard stops such a query as it starts, with the reason."""
+    from nsqpy.spark import guard
+
+    topic = unique_name("guard")
+    create_channel(nsqd.http_address, topic, "spark")
+    publish_n(nsqd.tcp_address, topic, 500)
+    query = (nsq_stream(spark, topic, nsqd=nsqd).writeStream.format("noop")
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(**trigger).start())
+    assert query.awaitTermination(60)
+    assert "need PySpark >= 4.2" in guard.REFUSED[query.id]
+    ch = channel_stats(nsqd.http_address, topic, "spark")
+    assert ch["depth"] + ch["in_flight_count"] + ch["deferred_count"] == 500  # nothing FINished
 
 
 @pytest.mark.timeout(60)
@@ -236,8 +255,8 @@ def test_compressed_connections_both_ways(spark, nsqd, tmp_path, compression):
         nsq_stream(spark, topic, nsqd=nsqd, compression=compression).select("body")
         .writeStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", copy)
         .option("compression", compression).option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True).start()
     )
+    query = start_to_end(query, nsqd.http_address, topic)
     assert query.awaitTermination(60)
     assert query.exception() is None
     assert sorted(drain(nsqd.tcp_address, copy, 1000)) == sorted(bodies)
@@ -291,8 +310,9 @@ def test_tls_both_ways(spark, nsqd_factory, tmp_path):
         nsq_stream(spark, topic, nsqd=nsqd, tls="true", tlsCaFile=str(crt)).select("body")
         .writeStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", copy)
         .option("tls", "true").option("tlsCaFile", str(crt)).option("compression", "snappy")
-        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
     )
+    query = start_to_end(query, nsqd.http_address, topic)
     assert query.awaitTermination(60)
     assert query.exception() is None
     ctx = ssl.create_default_context(cafile=str(crt))
@@ -346,8 +366,8 @@ def test_auth_secret_both_ways_and_a_wrong_secret_fails_the_query(spark, nsqd_fa
             nsq_stream(spark, topic, nsqd=nsqd, authSecret="let-me-in").select("body")
             .writeStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", copy)
             .option("authSecret", "let-me-in").option("checkpointLocation", str(tmp_path / "ckpt"))
-            .trigger(availableNow=True).start()
         )
+        query = start_to_end(query, nsqd.http_address, topic)
         assert query.awaitTermination(60)
         assert query.exception() is None
         assert sorted(drain(nsqd.tcp_address, copy, 300, auth_secret="let-me-in")) == sorted(bodies)

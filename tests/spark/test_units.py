@@ -81,3 +81,29 @@ def test_click_stream_is_deterministic_and_marks_its_spammers():
     assert len(clicks) == 3000 and len({e["event_id"] for e in events}) == len(events)
     assert {e["user_id"] for e in clicks if e["user_agent"] == BOT_AGENT} == set(a.spam_users)
     assert events[-1]["type"] == "heartbeat" and events[-1]["ts"] > clicks[-1]["ts"] + 20 * 60_000
+
+
+def test_guard_recognises_an_nsq_scan_in_a_query_plan():
+    from nsqpy.spark.guard import _NSQ_SCAN
+
+    plan = ("~WriteToMicroBatchDataSourceV1 FileSink[file:/tmp/out], 0b1d, [path=/tmp/out], Append\n"
+            "+- ~StreamingDataSourceV2ScanRelation[body#0, id#1, attempts#2, timestamp#3, topic#4, channel#5, "
+            "nsqd_address#6] nsq\n")
+    assert _NSQ_SCAN.search(plan)
+    assert not _NSQ_SCAN.search(plan.replace("] nsq\n", "] nsqx\n"))
+    assert not _NSQ_SCAN.search("+- StreamingRelationV2 rate, [timestamp#0, value#1]\n")
+
+
+def test_stop_when_drained_needs_an_http_address_to_see_the_channel():
+    from nsqpy.spark.drain import stop_when_drained
+
+    with pytest.raises(ValueError, match="nsqd_http_addresses"):
+        stop_when_drained(object(), {"nsqd_tcp_addresses": "127.0.0.1:4150", "topic": "t", "channel": "c"})
+
+
+def test_pyspark_feature_flags_match_the_installed_version():
+    from nsqpy.spark import _compat
+
+    assert _compat.PYSPARK_VERSION >= (4, 0)
+    assert _compat.HAS_AVAILABLE_NOW == (_compat.PYSPARK_VERSION >= (4, 2))
+    assert _compat._version("4.1.0.dev1") == (4, 1) and _compat._version("4.10.2") == (4, 10)

@@ -29,10 +29,26 @@ MESSAGE_KEY = ("nsqd_address", "id")
 
 
 def register(spark: Any) -> None:
-    """Make ``format("nsq")`` available in this SparkSession (source and sink)."""
+    """Make ``format("nsq")`` available in this SparkSession (source and sink).
+
+    On PySpark 4.0/4.1 (classic sessions) it also adds the listener that stops AvailableNow and
+    Once queries reading nsq, which those versions cannot run correctly (:mod:`nsqpy.spark.guard`).
+    """
+    from . import guard
     from .source import NsqDataSource
 
     spark.dataSource.register(NsqDataSource)
+    guard.install(spark)
+
+
+def stop_when_drained(query: Any, options: Any, timeout: float | None = None, **kwargs: Any) -> bool:
+    """Stop ``query`` once nsqd shows its channel drained: AvailableNow on any PySpark 4.x.
+
+    See :func:`nsqpy.spark.drain.stop_when_drained`.
+    """
+    from .drain import stop_when_drained as _stop
+
+    return _stop(query, options, timeout, **kwargs)
 
 
 def dedupe_within_watermark(df: Any, delay: str = "1 hour", keys: Sequence[str] = MESSAGE_KEY) -> Any:
@@ -72,4 +88,4 @@ def upsert_to_parquet(path: str, keys: Sequence[str] = MESSAGE_KEY) -> Callable[
     return write_batch
 
 
-__all__ = ["MESSAGE_KEY", "dedupe_within_watermark", "register", "upsert_to_parquet"]
+__all__ = ["MESSAGE_KEY", "dedupe_within_watermark", "register", "stop_when_drained", "upsert_to_parquet"]

@@ -46,7 +46,6 @@ from typing import Any, Coroutine, Iterator
 import orjson
 from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -71,6 +70,7 @@ from nsqpy.client.addr import parse_address
 from nsqpy.client.lookupd import ACCEPT, lookup_url
 from nsqpy.protocol.names import is_valid_name
 
+from ._compat import SupportsTriggerAvailableNow
 from .options import CONNECTION_KEYS, Options, connection_options, connection_settings
 
 log = logging.getLogger("nsqpy.spark")
@@ -255,6 +255,27 @@ class NsqStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
             self._rt = None
 
 
+def arrow_schema() -> Any:
+    """SCHEMA in Arrow, as every PySpark 4.x expects record batches (timestamps in UTC).
+
+    Built here rather than with PySpark's ``to_arrow_schema``, whose time-zone argument was
+    renamed between 4.1 and 4.2.
+    """
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    return pa.schema(
+        [
+            ("body", pa.binary()),
+            ("id", pa.string()),
+            ("attempts", pa.int32()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("topic", pa.string()),
+            ("channel", pa.string()),
+            ("nsqd_address", pa.string()),
+        ]
+    )
+
+
 # --- backlog for AvailableNow ---------------------------------------------------------------
 
 
@@ -366,9 +387,7 @@ class _SourceRuntime:
 
     def __init__(self, cfg: SourceConfig) -> None:
         self.cfg = cfg
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        self.arrow_schema = to_arrow_schema(SCHEMA, timezone="UTC")
+        self.arrow_schema = arrow_schema()
         self.lock = threading.Lock()
         self.wakeup = threading.Event()
         self.buffer: deque[Message] = deque()
