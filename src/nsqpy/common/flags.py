@@ -93,6 +93,7 @@ class Flag:
     cfg: str | None = None  # key in the config file and /config/:opt; default name with - → _
     implemented: bool = True
     deprecated: bool = False
+    hidden: bool = False  # accepted but left out of --help (flags from upstream's unreleased master)
     parse: Callable[[str], Any] | None = None
 
     @property
@@ -152,6 +153,8 @@ class FlagSet:
     def usage(self) -> str:
         lines = [f"Usage of {self.program}:"]
         for f in self.flags:
+            if f.hidden:
+                continue
             lines.append(f"  -{f.name} {'' if f.kind == 'bool' else f.kind}".rstrip())
             lines.append(f"    \t{f.help} (default {f.default!r})")
         return "\n".join(lines)

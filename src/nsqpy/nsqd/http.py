@@ -50,7 +50,7 @@ from ..common.log import NSQ_LEVEL_NUMBERS, set_level
 from ..protocol.commands import go_quote
 from ..protocol.names import is_valid_name
 from . import stats as nsq_stats
-from .options import _TLS_VERSIONS, config_key_map
+from .options import _TLS_VERSIONS, config_key_map, topology_set
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -554,8 +554,8 @@ class HttpApi:
             "max_output_buffer_size": opts.max_output_buffer_size,
             "max_output_buffer_timeout": _nanos(opts.max_output_buffer_timeout),
             "max_deflate_level": opts.max_deflate_level,
-            "topology_zone": opts.values.get("topology_zone", ""),
-            "topology_region": opts.values.get("topology_region", ""),
+            **({"topology_zone": opts.topology_zone, "topology_region": opts.topology_region}
+               if topology_set(opts) else {}),
         })
 
     def _put(self, topic: "Topic", msgs: list[tuple], nbytes: int, delay: float = 0.0) -> None:

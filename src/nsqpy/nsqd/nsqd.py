@@ -18,7 +18,7 @@ from ..protocol.names import is_ephemeral, is_valid_name
 from .diskqueue import DiskQueue, DummyQueue
 from .lookup import LookupdPeers
 from .metadata import METADATA_FILE, DataPathLock, atomic_write, encode_metadata, read_metadata
-from .options import Options
+from .options import Options, topology_set
 from .topic import Topic
 
 if TYPE_CHECKING:
@@ -198,8 +198,8 @@ class NSQD:
             "http_port": opts.broadcast_http_port or self.http_port,
             "hostname": socket.gethostname(),
             "broadcast_address": opts.broadcast_address,
-            "topology_zone": opts.topology_zone,
-            "topology_region": opts.topology_region,
+            **({"topology_zone": opts.topology_zone, "topology_region": opts.topology_region}
+               if topology_set(opts) else {}),
         }
 
     def set_lookupd_addresses(self, addresses: list[str]) -> None:

@@ -54,7 +54,8 @@ def build_flagset() -> FlagSet:
         F("tcp-address", "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients"),
         F("auth-http-address", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)",
           kind="list", cfg="auth_http_addresses"),
-        F("auth-http-request-method", "get", "HTTP method to use for auth server requests"),
+        F("auth-http-request-method", "get", "HTTP method to use for auth server requests",
+          hidden=True),  # upstream master (PR #1487), not v1.3.0: v1.3.0 always GETs
         F("broadcast-address", host, "address that will be registered with lookupd"),
         F("broadcast-tcp-port", 0, "TCP port that will be registered with lookupd (default to the TCP port)", kind="int"),
         F("broadcast-http-port", 0, "HTTP port that will be registered with lookupd (default to the HTTP port)", kind="int"),
@@ -62,8 +63,12 @@ def build_flagset() -> FlagSet:
           cfg="nsqlookupd_tcp_addresses"),
         F("http-client-connect-timeout", 2.0, "timeout for HTTP connect", kind="duration"),
         F("http-client-request-timeout", 5.0, "timeout for HTTP request", kind="duration"),
-        F("topology-region", "", "region label for topology-aware consumption"),
-        F("topology-zone", "", "zone label for topology-aware consumption"),
+        # upstream's unreleased master (PR #1301), not v1.3.0: hidden from --help, and their
+        # fields appear in /info, /stats and lookupd only when one of them is set
+        F("topology-region", "", "A region represents a larger domain, made up of one or more zones for preferring closer consumer",
+          hidden=True),
+        F("topology-zone", "", "A zone represents a logical failure domain for preferring closer consumer",
+          hidden=True),
         F("data-path", "", "path to store disk-backed messages"),
         F("mem-queue-size", 10000, "number of messages to keep in memory (per topic/channel)", kind="int"),
         F("max-bytes-per-file", 104857600, "number of bytes per diskqueue file before rolling", kind="int"),
@@ -102,8 +107,8 @@ def build_flagset() -> FlagSet:
         F("deflate", True, "enable deflate feature negotiation (client compression)", kind="bool"),
         F("max-deflate-level", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)", kind="int"),
         F("snappy", True, "enable snappy feature negotiation (client compression)", kind="bool"),
-        F("enable-experiment", [], "enable experimental feature (may be given multiple times)", kind="list",
-          implemented=False),
+        F("enable-experiment", [], "enable experimental feature (may be given multiple times) (valid options: \"topology-aware-consumption\")",
+          kind="list", implemented=False, hidden=True),
     )
     return fs
 
@@ -156,10 +161,15 @@ def parse_options(argv: list[str]) -> Options:
     return Options(values, explicit)
 
 
+def topology_set(opts: "Options") -> bool:
+    """True when the operator set a topology label: only then do the post-1.3.0 fields appear."""
+    return bool(opts.values.get("topology_zone") or opts.values.get("topology_region"))
+
+
 def config_key_map() -> dict[str, Flag]:
     """``/config/:opt`` keys (cfg names) → flags."""
     return {f.key: f for f in build_flagset().flags if f.name not in ("config", "version")}
 
 
 __all__ = ["Options", "parse_options", "build_flagset", "default_node_id", "parse_duration",
-           "config_key_map", "_TLS_VERSIONS"]
+           "config_key_map", "topology_set", "_TLS_VERSIONS"]
