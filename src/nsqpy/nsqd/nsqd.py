@@ -10,9 +10,9 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..common.addr import is_unix_socket, split_host_port
+from ..common.addr import is_unix_socket, join_host_port, split_host_port
 from ..protocol.commands import Limits
-from .. import NSQ_COMPAT_VERSION
+from .. import NSQ_COMPAT_VERSION, version_string
 from ..protocol.message import MESSAGE_HEADER_SIZE, IdFactory
 from ..protocol.names import is_ephemeral, is_valid_name
 from .diskqueue import DiskQueue, DummyQueue
@@ -131,6 +131,9 @@ class NSQD:
             task = self.loop.create_task(self._precreate_channels(topic))
             self._tasks.append(task)
             task.add_done_callback(self._forget_task)
+        elif not self._loading and self.options.lookupd_tcp_address:
+            self.logger.error("no available nsqlookupd to query for channels to pre-create for "
+                              "topic %s", topic.name)
 
     def on_topic_deleted(self, topic: Topic) -> None:
         self.lookup.unregister(topic.name)
@@ -152,29 +155,43 @@ class NSQD:
 
     async def _precreate_channels(self, topic: Topic) -> None:
         """Ask every lookupd which channels the topic has, so none misses the first messages."""
+        from urllib.parse import quote_plus
+
         import aiohttp
+        from yarl import URL
 
         opts = self.options
         timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
                                         connect=opts.http_client_connect_timeout)
         names: set[str] = set()
+        addrs = self.lookup.http_addresses()
+        errors: list[str] = []
         try:
             async with aiohttp.ClientSession(timeout=timeout) as session:
-                for addr in self.lookup.http_addresses():
-                    url = f"http://{addr}/channels"
+                for addr in addrs:
+                    # upstream's clusterinfo line, which operators grep for
+                    url = f"http://{addr}/channels?topic={quote_plus(topic.name)}"
+                    self.logger.info("CI: querying nsqlookupd %s", url)
                     try:
-                        async with session.get(url, params={"topic": topic.name}, headers={
+                        async with session.get(URL(url, encoded=True), headers={
                                 "Accept": "application/vnd.nsq; version=1.0"}) as resp:
                             if resp.status != 200:
+                                errors.append(f"got response {resp.status} {resp.reason} "
+                                              f"{(await resp.read())!r}")
                                 continue
                             doc = await resp.json(content_type=None)
                     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as err:
-                        self.logger.error("LOOKUP(%s): failed to query channels of %s - %s",
-                                          addr, topic.name, err)
+                        errors.append(f"Get \"{url}\": {err or type(err).__name__}")
                         continue
                     for name in doc.get("channels") or []:
                         if isinstance(name, str) and is_valid_name(name) and not is_ephemeral(name):
                             names.add(name)
+            if errors:
+                text = "\n".join(errors)
+                if len(errors) == len(addrs):
+                    text = f"failed to query any nsqlookupd: {text}"
+                self.logger.warning("failed to query nsqlookupd for channels to pre-create for "
+                                    "topic %s - %s", topic.name, text)
         finally:
             if not topic.exiting:
                 for name in sorted(names):
@@ -230,7 +247,9 @@ class NSQD:
                         if not c.ephemeral]
             topics.append({"name": topic.name, "paused": topic.paused,
                            "channels": channels or None})
-        atomic_write(os.path.join(self.data_path, METADATA_FILE), encode_metadata(topics))
+        path = os.path.normpath(os.path.join(self.data_path, METADATA_FILE))
+        self.logger.info("NSQ: persisting topic/channel metadata to %s", path)
+        atomic_write(path, encode_metadata(topics))
 
     def load_metadata(self) -> None:
         """Recreate topics and channels (and their pause state) from nsqd.dat."""
@@ -303,6 +322,8 @@ class NSQD:
         from .client import ClientV2
 
         opts = self.options
+        self.logger.info("%s", version_string("nsqd"))  # upstream's first two lines
+        self.logger.info("ID: %d", opts.node_id)
         if not os.path.isdir(self.data_path):
             raise RuntimeError(f"--data-path={self.data_path} is not a directory")
         from .auth import AuthClient
@@ -342,14 +363,17 @@ class NSQD:
         if self.exiting:
             return
         self.exiting = True
-        self.logger.info("NSQ: closing")
+        opts = self.options
         if self._tcp_server is not None:
+            self.logger.info("TCP: closing %s", _sockname(self._tcp_server))
             self._tcp_server.close()
         for client in list(self.clients.values()):
             client.close_connection()
         if self.http_runner is not None:
+            self.logger.info("HTTP: closing %s", _listen_name(opts.http_address, self.http_port))
             await self.http_runner.cleanup()
         if self.https_runner is not None:
+            self.logger.info("HTTPS: closing %s", _listen_name(opts.https_address, self.https_port))
             await self.https_runner.cleanup()
         if self.auth is not None:
             await self.auth.close()
@@ -358,13 +382,23 @@ class NSQD:
                 self.persist_metadata()
             except OSError as err:
                 self.logger.error("failed to persist metadata - %s", err)
+        self.logger.info("NSQ: closing topics")
         for topic in list(self.topics.values()):
             topic.close(flush=True)
+        self.logger.info("NSQ: stopping subsystems")
         await self.lookup.close()
+        self.logger.info("QUEUESCAN: closing")
         for task in list(self._tasks):
             task.cancel()
         self._lock.release()
         self.logger.info("NSQ: bye")
+
+
+def _listen_name(address: str, port: int) -> str:
+    """How upstream names a listener in its log: the socket path, or ``host:port``."""
+    if is_unix_socket(address):
+        return address
+    return join_host_port(split_host_port(address)[0], port)
 
 
 def _sockname(server: asyncio.AbstractServer) -> str:
