@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         opts = parse_options(args)
     except FlagError as err:
         print(str(err), file=sys.stderr)
-        return 2
+        return err.exit_code
     if opts.version:
         print(version_string("nsqadmin"))
         return 0

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.flags import (
-    Flag, FlagError, FlagSet, parse_duration, reject_unimplemented, server_flags,
+    Flag, FlagError, FlagSet, go_quote, parse_duration, reject_unimplemented, server_flags,
 )
 
 
@@ -27,7 +27,7 @@ def _tls_required(raw: str) -> str:
         return "false"
     if t == "tcp-https":
         return "tcp-https"
-    raise ValueError(f"invalid tls-required value {raw!r}")
+    raise ValueError(f"strconv.ParseBool: parsing {go_quote(raw)}: invalid syntax")  # Go's words
 
 
 _TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
@@ -36,7 +36,7 @@ _TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3":
 def _tls_min_version(raw: str) -> str:
     t = raw.strip().lower()
     if t not in _TLS_VERSIONS:
-        raise ValueError(f"unknown tls-min-version {raw!r}")
+        raise ValueError(f"unknown tlsVersionOption {go_quote(raw)}")
     return t
 
 
@@ -46,19 +46,19 @@ def build_flagset() -> FlagSet:
     fs.add(*server_flags("nsqd"))
     F = Flag
     fs.add(
-        F("node-id", default_node_id(host), "unique part for message IDs, (int) in range [0,1024)",
+        F("node-id", default_node_id(host), "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)",
           kind="int", cfg="id"),
         F("worker-id", False, "[deprecated] use --node-id", kind="bool", deprecated=True),
         F("https-address", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
-        F("http-address", "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients"),
-        F("tcp-address", "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients"),
+        F("http-address", "0.0.0.0:4151", "address to listen on for HTTP clients (<addr>:<port> for TCP/IP or <path> for unix socket)"),
+        F("tcp-address", "0.0.0.0:4150", "address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)"),
         F("auth-http-address", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)",
           kind="list", cfg="auth_http_addresses"),
         F("auth-http-request-method", "get", "HTTP method to use for auth server requests",
           hidden=True),  # upstream master (PR #1487), not v1.3.0: v1.3.0 always GETs
-        F("broadcast-address", host, "address that will be registered with lookupd"),
-        F("broadcast-tcp-port", 0, "TCP port that will be registered with lookupd (default to the TCP port)", kind="int"),
-        F("broadcast-http-port", 0, "HTTP port that will be registered with lookupd (default to the HTTP port)", kind="int"),
+        F("broadcast-address", host, "address that will be registered with lookupd (defaults to the OS hostname)"),
+        F("broadcast-tcp-port", 0, "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd is listening on)", kind="int"),
+        F("broadcast-http-port", 0, "HTTP port that will be registered with lookupd (defaults to the HTTP port that this nsqd is listening on)", kind="int"),
         F("lookupd-tcp-address", [], "lookupd TCP address (may be given multiple times)", kind="list",
           cfg="nsqlookupd_tcp_addresses"),
         F("http-client-connect-timeout", 2.0, "timeout for HTTP connect", kind="duration"),
@@ -96,12 +96,13 @@ def build_flagset() -> FlagSet:
         F("statsd-exclude-ephemeral", False, "Skip ephemeral topics and channels when sending stats to statsd", kind="bool", implemented=False),
         F("e2e-processing-latency-percentile", [], "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)",
           kind="list", cfg="e2e_processing_latency_percentiles"),
-        F("e2e-processing-latency-window-time", 600.0, "calculate end to end latency quantiles for this duration of time", kind="duration"),
+        F("e2e-processing-latency-window-time", 600.0, "calculate end to end latency quantiles for this duration of time (ie: 60s would only show quantile calculations from the past 60 seconds)", kind="duration"),
         F("tls-cert", "", "path to certificate file"),
         F("tls-key", "", "path to key file"),
         F("tls-client-auth-policy", "", "client certificate auth policy ('require' or 'require-verify')"),
         F("tls-root-ca-file", "", "path to certificate authority file"),
-        F("tls-required", "false", "require TLS for client connections (true, false, tcp-https)", parse=_tls_required),
+        F("tls-required", "false", "require TLS for client connections (true, false, tcp-https)", parse=_tls_required,
+          go_type="", go_default=""),  # a bool-like Value in Go: bare -tls-required means true,
         F("tls-min-version", "tls1.0", "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
           parse=_tls_min_version),
         F("deflate", True, "enable deflate feature negotiation (client compression)", kind="bool"),
