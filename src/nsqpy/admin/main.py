@@ -16,11 +16,10 @@ import aiohttp
 from aiohttp import web
 
 from .. import version_string
-from ..common.addr import join_host_port
+from ..common.addr import join_host_port, listen_socket
 from ..common.daemon import run, wait_for_stop_signal
 from ..common.flags import FlagError
 from ..common.log import make_logger
-from ..lookupd.main import listen_socket
 from ..nsqd.stats import go_json
 from .clusterinfo import ClusterInfo
 from .http import HTTPServer

@@ -21,6 +21,7 @@ import orjson
 from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION
+from ..common.addr import join_host_port
 from ..common.flags import format_duration
 from ..protocol.names import is_valid_name
 from .registration_db import GO_ZERO_TIME_UNIX_NANO, PeerInfo, filter_active, keys, subkeys
@@ -390,7 +391,10 @@ class HTTPServer:
         self.logger.info("DB: setting tombstone for producer@%s of topic(%s)", node, topic)
         now = time.time_ns()
         for p in self.db.find_producers("topic", topic, ""):
-            if f"{p.peer.broadcast_address}:{p.peer.http_port}" == node:
+            # upstream compares "%s:%d"; nsqadmin sends "[v6]:port" for an IPv6 nsqd, so
+            # that form is matched too (upstream would never tombstone it)
+            if node in (f"{p.peer.broadcast_address}:{p.peer.http_port}",
+                        join_host_port(p.peer.broadcast_address, p.peer.http_port)):
                 p.tombstone(now)
 
     def create_channel(self, request: web.Request) -> None:

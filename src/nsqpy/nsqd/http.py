@@ -44,7 +44,7 @@ from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import NSQ_COMPAT_VERSION, version_string
-from ..common.addr import is_unix_socket, split_host_port
+from ..common.addr import is_unix_socket, listen_socket, sock_address, split_host_port
 from ..common.flags import format_duration
 from ..common.log import NSQ_LEVEL_NUMBERS, set_level
 from ..protocol.commands import go_quote
@@ -817,15 +817,11 @@ async def start_http(nsqd: "NSQD", address: str,
             await site.start()
             nsqd.logger.info("%s: listening on %s", label, address)
             return runner, -1
-        host, port = split_host_port(address)
-        site = web.TCPSite(runner, host or None, port, reuse_address=True, backlog=1024,
-                           ssl_context=ssl_context)
+        sock = listen_socket(address)  # dual-stack on 0.0.0.0, as Go
+        site = web.SockSite(runner, sock, ssl_context=ssl_context)
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    actual = sock.getsockname()[1]
-    shown = f"[{host}]:{actual}" if ":" in host else f"{host}:{actual}"
-    nsqd.logger.info("%s: listening on %s", label, shown)
-    return runner, actual
+    nsqd.logger.info("%s: listening on %s", label, sock_address(sock))
+    return runner, sock.getsockname()[1]

@@ -10,7 +10,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..common.addr import is_unix_socket, join_host_port, split_host_port
+from ..common.addr import is_unix_socket, join_host_port, listen_socket
 from ..protocol.commands import Limits
 from .. import NSQ_COMPAT_VERSION, version_string
 from ..protocol.message import MESSAGE_HEADER_SIZE, IdFactory
@@ -340,9 +340,8 @@ class NSQD:
             self._tcp_server = await self.loop.create_unix_server(lambda: ClientV2(self), addr)
             self.tcp_port = -1
         else:
-            host, port = split_host_port(addr)
-            self._tcp_server = await self.loop.create_server(
-                lambda: ClientV2(self), host or None, port, reuse_address=True, backlog=1024)
+            self._tcp_server = await self.loop.create_server(  # dual-stack on 0.0.0.0, as Go
+                lambda: ClientV2(self), sock=listen_socket(addr))
             self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
         self.logger.info("TCP: listening on %s", _sockname(self._tcp_server))
         if opts.http_address:
@@ -363,17 +362,16 @@ class NSQD:
         if self.exiting:
             return
         self.exiting = True
-        opts = self.options
         if self._tcp_server is not None:
             self.logger.info("TCP: closing %s", _sockname(self._tcp_server))
             self._tcp_server.close()
         for client in list(self.clients.values()):
             client.close_connection()
         if self.http_runner is not None:
-            self.logger.info("HTTP: closing %s", _listen_name(opts.http_address, self.http_port))
+            self.logger.info("HTTP: closing %s", _listen_name(self.http_runner))
             await self.http_runner.cleanup()
         if self.https_runner is not None:
-            self.logger.info("HTTPS: closing %s", _listen_name(opts.https_address, self.https_port))
+            self.logger.info("HTTPS: closing %s", _listen_name(self.https_runner))
             await self.https_runner.cleanup()
         if self.auth is not None:
             await self.auth.close()
@@ -394,11 +392,10 @@ class NSQD:
         self.logger.info("NSQ: bye")
 
 
-def _listen_name(address: str, port: int) -> str:
-    """How upstream names a listener in its log: the socket path, or ``host:port``."""
-    if is_unix_socket(address):
-        return address
-    return join_host_port(split_host_port(address)[0], port)
+def _listen_name(runner: Any) -> str:
+    """How upstream names an HTTP listener in its log: the socket path, or ``host:port``."""
+    name = runner.addresses[0] if runner.addresses else ""
+    return join_host_port(name[0], name[1]) if isinstance(name, tuple) else str(name)
 
 
 def _sockname(server: asyncio.AbstractServer) -> str:
