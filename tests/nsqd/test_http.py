@@ -14,7 +14,8 @@ import pytest
 
 from helpers.servers import VENV_BIN, free_port, unique_name
 from helpers.wire import Wire
-from nsqpy.nsqd.http import HttpError, Route, Router, _split_text_mpub, clean_path, parse_query
+from nsqpy.common.router import clean_path
+from nsqpy.nsqd.http import HttpError, Route, Router, _split_text_mpub, parse_query
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -111,12 +112,12 @@ def test_clean_path_and_router_lookup():
         return None
 
     r = Router([Route("GET", "/ping", h), Route("GET", "/config/:opt", h), Route("PUT", "/config/:opt", h)])
-    assert r.lookup("GET", "/config/x")[1] == "x"
-    assert r.lookup("GET", "/config/") is None and r.lookup("GET", "/config/a/b") is None
-    assert r.trailing_slash_fix("GET", "/ping/") == "/ping"
-    assert r.trailing_slash_fix("GET", "/config/x/") == "/config/x"
-    assert r.case_fix("GET", "/CONFIG/Log_Level") == "/config/Log_Level"
-    assert r.case_fix("GET", "//Ping/") == "/ping"
+    assert r.match("GET", "/config/x")[1] == {"opt": "x"}
+    assert r.match("GET", "/config/") is None and r.match("GET", "/config/a/b") is None
+    assert r.unrouted("GET", "/ping/").location == "/ping"
+    assert r.unrouted("GET", "/config/x/").location == "/config/x"
+    assert r.unrouted("GET", "/CONFIG/Log_Level").location == "/config/Log_Level"
+    assert r.unrouted("GET", "//Ping/").location == "/ping"
     assert r.allowed("/config/x", "POST") == "GET, OPTIONS, PUT"
     assert r.allowed("/nope", "POST") == ""
 
