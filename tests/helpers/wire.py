@@ -15,6 +15,7 @@ from nsqpy.protocol.message import decode_message
 class Wire:
     def __init__(self, address: str, magic: bytes = b"  V2", timeout: float = 5.0) -> None:
         host, port = address.rsplit(":", 1)
+        host = host.strip("[]")  # "[::1]:4150"
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.decoder = FrameDecoder()
         self.pending: list[Frame] = []

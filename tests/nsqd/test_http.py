@@ -14,7 +14,8 @@ import pytest
 
 from helpers.servers import VENV_BIN, free_port, unique_name
 from helpers.wire import Wire
-from nsqpy.nsqd.http import HttpError, Route, Router, _split_text_mpub, clean_path, parse_query
+from nsqpy.common.router import clean_path
+from nsqpy.nsqd.http import HttpError, Route, Router, _split_text_mpub, parse_query
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -111,12 +112,12 @@ def test_clean_path_and_router_lookup():
         return None
 
     r = Router([Route("GET", "/ping", h), Route("GET", "/config/:opt", h), Route("PUT", "/config/:opt", h)])
-    assert r.lookup("GET", "/config/x")[1] == "x"
-    assert r.lookup("GET", "/config/") is None and r.lookup("GET", "/config/a/b") is None
-    assert r.trailing_slash_fix("GET", "/ping/") == "/ping"
-    assert r.trailing_slash_fix("GET", "/config/x/") == "/config/x"
-    assert r.case_fix("GET", "/CONFIG/Log_Level") == "/config/Log_Level"
-    assert r.case_fix("GET", "//Ping/") == "/ping"
+    assert r.match("GET", "/config/x")[1] == {"opt": "x"}
+    assert r.match("GET", "/config/") is None and r.match("GET", "/config/a/b") is None
+    assert r.unrouted("GET", "/ping/").location == "/ping"
+    assert r.unrouted("GET", "/config/x/").location == "/config/x"
+    assert r.unrouted("GET", "/CONFIG/Log_Level").location == "/config/Log_Level"
+    assert r.unrouted("GET", "//Ping/").location == "/ping"
     assert r.allowed("/config/x", "POST") == "GET, OPTIONS, PUT"
     assert r.allowed("/nope", "POST") == ""
 
@@ -150,8 +151,7 @@ def test_info(node):
     info = r.json
     assert list(info) == ["version", "broadcast_address", "hostname", "http_port", "tcp_port",
                           "start_time", "max_heartbeat_interval", "max_output_buffer_size",
-                          "max_output_buffer_timeout", "max_deflate_level", "topology_zone",
-                          "topology_region"]
+                          "max_output_buffer_timeout", "max_deflate_level"]
     assert info["version"] == "1.3.0"
     assert info["broadcast_address"] == "127.0.0.1"
     assert info["hostname"] == socket.gethostname()
@@ -161,7 +161,6 @@ def test_info(node):
     assert info["max_output_buffer_size"] == 65536
     assert info["max_output_buffer_timeout"] == 30_000_000_000
     assert info["max_deflate_level"] == 6
-    assert (info["topology_zone"], info["topology_region"]) == ("", "")
 
 
 def test_unknown_path_wrong_method_options_head(node):
@@ -487,7 +486,7 @@ CHANNEL_KEYS = ["channel_name", "depth", "backend_depth", "in_flight_count", "de
                 "paused", "e2e_processing_latency"]
 CLIENT_KEYS = ["client_id", "hostname", "version", "remote_address", "state", "ready_count",
                "in_flight_count", "message_count", "finish_count", "requeue_count", "connect_ts",
-               "sample_rate", "deflate", "snappy", "user_agent", "topology_zone", "topology_region",
+               "sample_rate", "deflate", "snappy", "user_agent",
                "tls", "tls_cipher_suite", "tls_version", "tls_negotiated_protocol",
                "tls_negotiated_protocol_is_mutual"]
 MEMORY_KEYS = ["heap_objects", "heap_idle_bytes", "heap_in_use_bytes", "heap_released_bytes",
@@ -536,7 +535,7 @@ def test_stats_json_every_level(nsqd):
     assert c["tls"] is False and c["deflate"] is False and c["snappy"] is False
 
     (p,) = doc["producers"]
-    assert list(p) == CLIENT_KEYS[:17] + ["pub_counts"] + CLIENT_KEYS[17:]
+    assert list(p) == CLIENT_KEYS[:15] + ["pub_counts"] + CLIENT_KEYS[15:]
     assert (p["client_id"], p["hostname"]) == ("the-producer", "prod.host")
     assert len(p["pub_counts"]) == 1  # upstream stops after the first topic
     assert p["pub_counts"][0] in ({"topic": topic, "count": 1}, {"topic": other, "count": 1})

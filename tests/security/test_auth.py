@@ -63,7 +63,7 @@ def test_publish_allowed_and_denied(secure_nsqd, auth_server):
     assert me["auth_identity_url"] == "https://id/alice"
     keys = list(me)
     assert keys.index("user_agent") + 1 == keys.index("authed")
-    assert keys.index("auth_identity_url") + 1 == keys.index("topology_zone")
+    assert keys.index("auth_identity_url") + 1 == keys.index("pub_counts")
     wire.cmd(b"PUB", "audit", body=b"no")  # subscribe-only topic
     wire.expect_error(b'E_UNAUTHORIZED AUTH failed for PUB on "audit" ""')
     assert wire.is_closed()

@@ -3,7 +3,8 @@
 Routes, status codes and ``{"message": ...}`` texts follow upstream's ``nsqadmin/http.go``. Every
 route lives under ``--base-path``. Routing is method-strict as with upstream's httprouter: a path
 that exists for another method gets 405 ``METHOD_NOT_ALLOWED`` with ``Allow``, a path differing
-only by a trailing slash is redirected, anything else is 404 ``NOT_FOUND``. Responses are
+by a trailing slash, case or ``//``/``..`` is redirected, anything else is 404 ``NOT_FOUND``
+(the shared :mod:`nsqpy.common.router`). Responses are
 compressed when the client accepts gzip or deflate (upstream's ``CompressHandler``).
 
 The UI is plain HTML/CSS/JS from ``static/``; ``index.html`` gets the base path and whether the
@@ -17,7 +18,6 @@ import ipaddress
 import json
 import mimetypes
 import posixpath
-import re
 import socket
 import time
 from pathlib import Path
@@ -28,6 +28,7 @@ from aiohttp import hdrs, web
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.flags import format_duration
+from ..common.router import Router, unrouted_response
 from ..common.log import parse_level, set_level
 from ..nsqd.stats import go_json
 from ..protocol.names import is_valid_name
@@ -135,32 +136,6 @@ def remote_addr(request: web.Request) -> str:
 Handler = Callable[[web.Request, dict[str, str]], Awaitable[web.StreamResponse]]
 
 
-class Router:
-    """httprouter-like: ``:name`` matches one non-empty path segment."""
-
-    def __init__(self) -> None:
-        self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
-
-    def add(self, method: str, path: str, handler: Handler) -> None:
-        parts = []
-        for seg in path.split("/"):
-            parts.append(f"(?P<{seg[1:]}>[^/]+)" if seg.startswith(":") else re.escape(seg))
-        self.routes.append((method, re.compile("/".join(parts)), handler))
-
-    def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]] | None:
-        for m, pattern, handler in self.routes:
-            if m == method:
-                hit = pattern.fullmatch(path)
-                if hit:
-                    return handler, hit.groupdict()
-        return None
-
-    def allowed(self, path: str, method: str) -> str:
-        found = {m for m, pattern, _ in self.routes
-                 if m != method and pattern.fullmatch(path)}
-        return ", ".join(sorted(found | {"OPTIONS"})) if found else ""
-
-
 # --- the server --------------------------------------------------------------------------------
 
 class HTTPServer:
@@ -168,7 +143,7 @@ class HTTPServer:
         self.admin = admin
         self.logger = admin.logger
         self.ci = ci
-        self.router = Router()
+        self.router: Router[Handler] = Router()  # the shared httprouter (common/router.py)
         bp = self.bp
         r = self.router.add
         for page in ("/", "/topics", "/topics/:topic", "/topics/:topic/:channel", "/nodes",
@@ -190,7 +165,6 @@ class HTTPServer:
         r("GET", bp("/api/counter"), self.counter)
         r("GET", bp("/config/:opt"), self.config)
         r("PUT", bp("/config/:opt"), self.config)
-        self.methods = {m for m, _, _ in self.router.routes}
 
     @property
     def opts(self) -> "Options":  # options can change at run time through PUT /config
@@ -220,7 +194,7 @@ class HTTPServer:
                 self.logger.exception("panic in HTTP handler - %s", err)
                 response = v1_error(500, "INTERNAL_ERROR")
         else:
-            response = self._unrouted(request, method, path)
+            response = unrouted_response(self.router, request, v1_error)
         self.logger.info("%d %s %s (%s) %s", response.status, method, request.raw_path,
                          remote_addr(request), format_duration(time.perf_counter() - start))
         if isinstance(response, web.Response) and response.body:
@@ -228,24 +202,6 @@ class HTTPServer:
             if "gzip" in accept or "deflate" in accept:
                 response.enable_compression()
         return response
-
-    def _unrouted(self, request: web.Request, method: str, path: str) -> web.Response:
-        if method in self.methods and path != "/":
-            alt = path[:-1] if path.endswith("/") else path + "/"
-            if self.router.match(method, alt) is not None:
-                location = alt
-                if request.rel_url.raw_query_string:
-                    location += "?" + request.rel_url.raw_query_string
-                return web.Response(status=301 if method == "GET" else 307,
-                                    headers={"Location": location})
-        allow = self.router.allowed(path, method)
-        if method == "OPTIONS" and allow:
-            return web.Response(headers={"Allow": allow})
-        if allow and method != "OPTIONS":
-            response = v1_error(405, "METHOD_NOT_ALLOWED")
-            response.headers["Allow"] = allow
-            return response
-        return v1_error(404, "NOT_FOUND")
 
     # --- helpers -------------------------------------------------------------------------------
 

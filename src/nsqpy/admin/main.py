@@ -16,11 +16,10 @@ import aiohttp
 from aiohttp import web
 
 from .. import version_string
-from ..common.addr import join_host_port
+from ..common.addr import join_host_port, listen_socket
 from ..common.daemon import run, wait_for_stop_signal
 from ..common.flags import FlagError
 from ..common.log import make_logger
-from ..lookupd.main import listen_socket
 from ..nsqd.stats import go_json
 from .clusterinfo import ClusterInfo
 from .http import HTTPServer
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         opts = parse_options(args)
     except FlagError as err:
         print(str(err), file=sys.stderr)
-        return 2
+        return err.exit_code
     if opts.version:
         print(version_string("nsqadmin"))
         return 0

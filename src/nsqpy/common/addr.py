@@ -1,6 +1,8 @@
-"""``host:port`` handling shared by the servers and clients."""
+"""``host:port`` handling shared by the servers and clients, and Go-like listening sockets."""
 
 from __future__ import annotations
+
+import socket
 
 
 def split_host_port(addr: str) -> tuple[str, int]:
@@ -20,3 +22,33 @@ def is_unix_socket(addr: str) -> bool:
 
 def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+#: hosts Go treats as "every interface": it then opens one dual-stack IPv6 socket
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def listen_socket(addr: str, backlog: int = 1024) -> socket.socket:
+    """A listening TCP socket for ``host:port`` as Go's ``net.Listen("tcp", addr)`` opens it.
+
+    A wildcard host (empty, ``0.0.0.0`` or ``::``) gets one dual-stack socket, so IPv4 and IPv6
+    clients both connect (``curl http://[::1]:4151/ping`` against ``0.0.0.0:4151``); a host
+    name listens on its first IPv4 address if it has one, as Go prefers; ``[::1]:4150`` on
+    IPv6 only. OSError/ValueError if the address is bad or taken.
+    """
+    host, port = split_host_port(addr)
+    if host in _WILDCARDS:
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True,
+                                        backlog=backlog)
+        host = "0.0.0.0"
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)  # stable: first IPv4, else first
+    family, _, _, _, sockaddr = infos[0]
+    return socket.create_server(sockaddr[:2], family=family, backlog=backlog)
+
+
+def sock_address(sock: socket.socket) -> str:
+    """``host:port`` of a bound socket as Go prints a listener (``[::]:4150`` for dual-stack)."""
+    name = sock.getsockname()
+    return join_host_port(name[0], name[1])

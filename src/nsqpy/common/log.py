@@ -20,7 +20,7 @@ def parse_level(text: str) -> str:
     if t == "warning":
         t = "warn"
     if t not in NSQ_LEVEL_NUMBERS:
-        raise ValueError(f"invalid log level {text!r}")
+        raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)")
     return t
 
 

@@ -1,10 +1,8 @@
 """nsqlookupd's HTTP API on aiohttp (reference §3.4, conventions §1.4).
 
-Upstream routes with ``julienschmidt/httprouter`` v1.3.0, which is method-strict; we reproduce its
-decisions with one catch-all aiohttp route and our own table, in upstream's order: exact match;
-else (for a method that has routes) a trailing-slash or case/clean-path redirect, 301 for GET and
-307 otherwise; else ``OPTIONS`` answered with ``Allow``; else 405 ``METHOD_NOT_ALLOWED`` with
-``Allow`` when another method has the path; else 404 ``NOT_FOUND``. Query strings are parsed as
+Upstream routes with ``julienschmidt/httprouter`` v1.3.0, which is method-strict; one catch-all
+aiohttp route feeds the shared :mod:`nsqpy.common.router`, which decides as httprouter does
+(redirects, ``OPTIONS``, 405 with ``Allow``, 404). Query strings are parsed as
 Go's ``url.ParseQuery`` (a bad escape or a ``;`` → 400 ``INVALID_REQUEST``; first value wins).
 
 The ``/debug/pprof`` family is Go-runtime specific and is not served (404).
@@ -15,12 +13,14 @@ from __future__ import annotations
 import re
 import time
 from typing import TYPE_CHECKING, Any, Callable
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import unquote_to_bytes
 
 import orjson
 from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION
+from ..common.addr import join_host_port
+from ..common.router import Router, unrouted_response
 from ..common.flags import format_duration
 from ..protocol.names import is_valid_name
 from .registration_db import GO_ZERO_TIME_UNIX_NANO, PeerInfo, filter_active, keys, subkeys
@@ -87,40 +87,12 @@ def parse_query(raw: str) -> dict[str, list[str]]:
     return values
 
 
-def clean_path(path: str) -> str:
-    """httprouter's ``CleanPath``: Go's ``path.Clean`` keeping a trailing slash, rooted."""
-    if not path:
-        return "/"
-    if path[0] != "/":
-        path = "/" + path
-    trailing = len(path) > 1 and path.endswith("/")
-    parts: list[str] = []
-    for seg in path.split("/"):
-        if seg in ("", "."):
-            continue
-        if seg == "..":
-            if parts:
-                parts.pop()
-            continue
-        parts.append(seg)
-    out = "/" + "/".join(parts)
-    if trailing and out != "/":
-        out += "/"
-    return out
-
-
 def peer_json(peer: PeerInfo) -> bytes:
     """A producer's ``PeerInfo`` JSON, encoded once per peer."""
     data = peer.json
     if data is None:
         data = peer.json = go_json(peer.to_json())
     return data
-
-
-def _html_escape(text: str) -> str:
-    """Go's ``html.EscapeString`` (numeric entities for quotes, unlike Python's)."""
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&#34;").replace("'", "&#39;"))
 
 
 def _params(request: web.Request) -> dict[str, list[str]]:
@@ -161,8 +133,7 @@ class HTTPServer:
         self.lookupd = lookupd
         self.db = lookupd.db
         self.logger = lookupd.logger
-        self.routes: dict[str, dict[str, tuple[Handler, int]]] = {}
-        self.trees: dict[str, set[str]] = {}
+        self.router: Router[tuple[Handler, int]] = Router()
         for method, path, handler, kind in (
             ("GET", "/ping", self.ping, _PLAIN),
             ("GET", "/info", self.info, _V1),
@@ -177,8 +148,7 @@ class HTTPServer:
             ("POST", "/channel/delete", self.delete_channel, _V1),
             ("POST", "/topic/tombstone", self.tombstone_topic_producer, _V1),
         ):
-            self.routes.setdefault(path, {})[method] = (handler, kind)
-            self.trees.setdefault(method, set()).add(path)
+            self.router.add(method, path, (handler, kind))
         self._info_body = go_json({"version": NSQ_COMPAT_VERSION})
 
     def make_app(self) -> web.Application:
@@ -192,12 +162,11 @@ class HTTPServer:
         start = time.perf_counter()
         method = request.method
         path = request.path
-        methods = self.routes.get(path)
-        entry = methods.get(method) if methods is not None else None
-        if entry is not None:
-            response = self._call(entry, request)
+        hit = self.router.match(method, path)
+        if hit is not None:
+            response = self._call(hit[0], request)
         else:
-            response = self._unrouted(request, method, path)
+            response = unrouted_response(self.router, request, v1_error)
         if self.lookupd.log_info:
             peer = request.transport.get_extra_info("peername") if request.transport else None
             remote = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -219,65 +188,6 @@ class HTTPServer:
         if data is None:
             return web.Response(headers={V1_HEADER: V1_VALUE})
         return web.Response(body=data, headers={V1_HEADER: V1_VALUE, "Content-Type": JSON_TYPE})
-
-    def _unrouted(self, request: web.Request, method: str, path: str) -> web.Response:
-        tree = self.trees.get(method)
-        if tree is not None and method != "CONNECT" and path != "/":
-            if len(path) > 1 and path.endswith("/"):
-                alt = path[:-1]
-            else:
-                alt = path + "/"
-            if alt in tree:
-                return self._redirect(request, method, alt)
-            fixed = self._case_insensitive(tree, clean_path(path))
-            if fixed is not None:
-                return self._redirect(request, method, fixed)
-        allow = self._allowed(path, method)
-        if method == "OPTIONS":
-            if allow:
-                return web.Response(headers={"Allow": allow})
-        elif allow:
-            response = v1_error(405, "METHOD_NOT_ALLOWED")
-            response.headers["Allow"] = allow
-            return response
-        return v1_error(404, "NOT_FOUND")
-
-    @staticmethod
-    def _case_insensitive(tree: set[str], path: str) -> str | None:
-        low = path.lower()
-        alt = low[:-1] if len(low) > 1 and low.endswith("/") else low + "/"
-        for candidate in (low, alt):
-            for route in tree:
-                if route.lower() == candidate:
-                    return route
-        return None
-
-    def _allowed(self, path: str, method: str) -> str:
-        methods = self.routes.get(path)
-        if not methods:
-            return ""
-        allowed = [m for m in methods if m != method and m != "OPTIONS"]
-        if not allowed:
-            return ""
-        allowed.append("OPTIONS")
-        return ", ".join(sorted(allowed))
-
-    @staticmethod
-    def _redirect(request: web.Request, method: str, new_path: str) -> web.Response:
-        """``http.Redirect`` to the fixed path, keeping the query string."""
-        code = 301 if method == "GET" else 307
-        location = quote(new_path, safe="/:@!$&'()*+,;=-._~")
-        raw_query = request.rel_url.raw_query_string
-        if raw_query:
-            location += "?" + raw_query
-        headers = {"Location": location}
-        body = b""
-        if method in ("GET", "HEAD"):
-            headers["Content-Type"] = "text/html; charset=utf-8"
-        if method == "GET":
-            text = "Moved Permanently" if code == 301 else "Temporary Redirect"
-            body = f'<a href="{_html_escape(location)}">{text}</a>.\n\n'.encode()
-        return web.Response(status=code, body=body, headers=headers)
 
     # --- handlers: return bytes (JSON) / None (empty 200) or raise HTTPError -------------------
 
@@ -347,8 +257,7 @@ class HTTPServer:
                     "tcp_port": p.peer.tcp_port,
                     "http_port": p.peer.http_port,
                     "version": p.peer.version,
-                    "topology_zone": p.peer.topology_zone,
-                    "topology_region": p.peer.topology_region,
+                    **p.peer.topology(),
                     "last_update": p.peer.last_update,
                     "tombstoned": p.tombstoned,
                     "tombstoned_at": p.tombstoned_at if p.tombstoned else GO_ZERO_TIME_UNIX_NANO,
@@ -391,7 +300,10 @@ class HTTPServer:
         self.logger.info("DB: setting tombstone for producer@%s of topic(%s)", node, topic)
         now = time.time_ns()
         for p in self.db.find_producers("topic", topic, ""):
-            if f"{p.peer.broadcast_address}:{p.peer.http_port}" == node:
+            # upstream compares "%s:%d"; nsqadmin sends "[v6]:port" for an IPv6 nsqd, so
+            # that form is matched too (upstream would never tombstone it)
+            if node in (f"{p.peer.broadcast_address}:{p.peer.http_port}",
+                        join_host_port(p.peer.broadcast_address, p.peer.http_port)):
                 p.tombstone(now)
 
     def create_channel(self, request: web.Request) -> None:

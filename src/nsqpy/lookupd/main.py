@@ -13,7 +13,7 @@ import sys
 from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION, version_string
-from ..common.addr import join_host_port, split_host_port
+from ..common.addr import listen_socket, sock_address
 from ..common.daemon import run, wait_for_stop_signal
 from ..common.flags import FlagError
 from ..common.log import make_logger
@@ -22,24 +22,6 @@ from .http import HTTPServer, go_json
 from .options import Options, parse_options
 from .registration_db import RegistrationDB
 from .tcp import TCPServer
-
-
-def listen_socket(addr: str) -> socket.socket:
-    """A listening TCP socket for ``host:port`` (empty host: every interface, as Go does)."""
-    host, port = split_host_port(addr)
-    if not host:
-        if socket.has_dualstack_ipv6():
-            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True,
-                                        backlog=1024)
-        host = "0.0.0.0"
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, _, _, _, sockaddr = infos[0]
-    return socket.create_server(sockaddr[:2], family=family, backlog=1024)
-
-
-def _sock_addr(sock: socket.socket) -> str:
-    name = sock.getsockname()
-    return join_host_port(name[0], name[1])
 
 
 class NSQLookupd:
@@ -70,8 +52,8 @@ class NSQLookupd:
             except (OSError, ValueError) as err:
                 raise OSError(f"listen ({addr}) failed - {err}") from None
         assert self._tcp_sock is not None and self._http_sock is not None
-        self.tcp_address = _sock_addr(self._tcp_sock)
-        self.http_address = _sock_addr(self._http_sock)
+        self.tcp_address = sock_address(self._tcp_sock)
+        self.http_address = sock_address(self._http_sock)
         # upstream marshals a map, so the keys come out sorted
         self.identify_response = encode_response(go_json({
             "broadcast_address": self.opts.broadcast_address,
@@ -125,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         opts = parse_options(args)
     except FlagError as err:
         print(str(err), file=sys.stderr)
-        return 2
+        return err.exit_code
     if opts.version:
         print(version_string("nsqlookupd"))
         return 0

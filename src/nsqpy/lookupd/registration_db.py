@@ -54,9 +54,15 @@ class PeerInfo:
             "tcp_port": self.tcp_port,
             "http_port": self.http_port,
             "version": self.version,
-            "topology_zone": self.topology_zone,
-            "topology_region": self.topology_region,
+            **self.topology(),
         }
+
+    def topology(self) -> dict:
+        """The post-1.3.0 topology fields, only for an nsqd whose operator set one of them
+        (v1.3.0's ``PeerInfo`` has none; upstream master's sends them, empty, always)."""
+        if self.topology_zone or self.topology_region:
+            return {"topology_zone": self.topology_zone, "topology_region": self.topology_region}
+        return {}
 
 
 class Producer:

@@ -44,7 +44,9 @@ from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import NSQ_COMPAT_VERSION, version_string
-from ..common.addr import is_unix_socket, split_host_port
+from ..common import router as common_router
+from ..common.addr import is_unix_socket, listen_socket, sock_address
+from ..common.router import unrouted_response
 from ..common.flags import format_duration
 from ..common.log import NSQ_LEVEL_NUMBERS, set_level
 from ..protocol.commands import go_quote
@@ -52,7 +54,7 @@ from ..protocol.names import is_valid_name
 from . import stats as nsq_stats
 from .bounded import Draining, QueueFull
 from .lifecycle_options import LIFECYCLE_CONFIG_KEYS
-from .options import _TLS_VERSIONS, config_key_map
+from .options import _TLS_VERSIONS, config_key_map, topology_set
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -276,80 +278,13 @@ class Route:
     logged: bool = True  # upstream wraps most routes in its request-logging decorator
 
 
-def clean_path(path: str) -> str:
-    """httprouter's ``CleanPath``: ``path.Clean`` that keeps a trailing slash."""
-    if not path:
-        return "/"
-    parts: list[str] = []
-    for seg in path.split("/"):
-        if seg in ("", "."):
-            continue
-        if seg == "..":
-            if parts:
-                parts.pop()
-            continue
-        parts.append(seg)
-    out = "/" + "/".join(parts)
-    if path.endswith("/") and out != "/":
-        out += "/"
-    return out
-
-
-class Router:
-    """The subset of httprouter nsqd relies on: static paths and ``/prefix/:param``."""
+class Router(common_router.Router[Route]):
+    """The shared httprouter (:mod:`nsqpy.common.router`) over nsqd's route table."""
 
     def __init__(self, routes: list[Route]) -> None:
-        self.static: dict[str, dict[str, Route]] = {}
-        self.param: dict[str, dict[str, Route]] = {}  # method -> {"/config/": route}
+        super().__init__()
         for r in routes:
-            if "/:" in r.path:
-                prefix = r.path[: r.path.index("/:") + 1]
-                self.param.setdefault(r.method, {})[prefix] = r
-            else:
-                self.static.setdefault(r.method, {})[r.path] = r
-        self.methods = set(self.static) | set(self.param)
-
-    def lookup(self, method: str, path: str) -> tuple[Route, str] | None:
-        route = self.static.get(method, {}).get(path)
-        if route is not None:
-            return route, ""
-        for prefix, route in self.param.get(method, {}).items():
-            if path.startswith(prefix):
-                value = path[len(prefix):]
-                if value and "/" not in value:
-                    return route, value
-        return None
-
-    def trailing_slash_fix(self, method: str, path: str) -> str | None:
-        alt = path[:-1] if len(path) > 1 and path.endswith("/") else path + "/"
-        return alt if self.lookup(method, alt) is not None else None
-
-    def case_fix(self, method: str, path: str) -> str | None:
-        """httprouter's ``findCaseInsensitivePath`` on the cleaned path, fixing a trailing slash."""
-        cleaned = clean_path(path)
-        candidates = [cleaned]
-        if len(cleaned) > 1 and cleaned.endswith("/"):
-            candidates.append(cleaned[:-1])
-        else:
-            candidates.append(cleaned + "/")
-        for cand in candidates:
-            low = cand.lower()
-            for known in self.static.get(method, {}):
-                if known.lower() == low:
-                    return known
-            for prefix in self.param.get(method, {}):
-                if low.startswith(prefix.lower()):
-                    value = cand[len(prefix):]
-                    if value and "/" not in value:
-                        return prefix + value
-        return None
-
-    def allowed(self, path: str, method: str) -> str:
-        found = [m for m in self.methods
-                 if m != method and m != "OPTIONS" and self.lookup(m, path) is not None]
-        if not found:
-            return ""
-        return ", ".join(sorted(found + ["OPTIONS"]))
+            self.add(r.method, r.path, r)
 
 
 # --- the API -----------------------------------------------------------------------------------
@@ -400,47 +335,21 @@ class HttpApi:
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         if self.refuse_plain:
             return self._tls_required()
-        method, path = request.method, request.path
-        hit = self.router.lookup(method, path)
+        hit = self.router.match(request.method, request.path)
         if hit is not None:
-            route, param = hit
+            route, params = hit
             request[_LOG] = route.logged
-            return await route.handler(request, param)
-        if method in self.router.methods and method != "CONNECT" and path != "/":
-            fixed = (self.router.trailing_slash_fix(method, path)
-                     or self.router.case_fix(method, path))
-            if fixed is not None:
-                return self._redirect(request, fixed)
-        if method == "OPTIONS":
-            allow = self.router.allowed(path, method)
-            if allow:
-                return web.Response(headers={"Allow": allow})
-        else:
-            allow = self.router.allowed(path, method)
-            if allow:
-                request[_LOG] = True
-                resp = _error(405, "METHOD_NOT_ALLOWED")
-                resp.headers["Allow"] = allow
-                return resp
-        request[_LOG] = True
-        return _error(404, "NOT_FOUND")
+            return await route.handler(request, next(iter(params.values()), ""))
+        response = unrouted_response(self.router, request, _error)
+        if response.status in (404, 405):
+            request[_LOG] = True
+        return response
 
     def _tls_required(self) -> web.Response:
         """Upstream writes this body by hand (note the spaces), before any routing."""
         body = f'{{"message": "TLS_REQUIRED", "https_port": {self.nsqd.https_port}}}'
         return web.Response(status=403, body=body.encode(), content_type="application/json",
                             charset="utf-8")
-
-    @staticmethod
-    def _redirect(request: web.Request, path: str) -> web.Response:
-        """``http.Redirect``: 301 for GET (with Go's little HTML body), 307 keeping the method."""
-        raw_query = request.rel_url.raw_query_string
-        location = path + ("?" + raw_query if raw_query else "")
-        if request.method == "GET":
-            body = f'<a href="{_html_escape(location)}">Moved Permanently</a>.\n\n'
-            return web.Response(status=301, text=body, content_type="text/html",
-                                headers={"Location": location})
-        return web.Response(status=307, headers={"Location": location})
 
     @web.middleware
     async def _guard(self, request: web.Request, handler) -> web.StreamResponse:
@@ -561,8 +470,8 @@ class HttpApi:
             "max_output_buffer_size": opts.max_output_buffer_size,
             "max_output_buffer_timeout": _nanos(opts.max_output_buffer_timeout),
             "max_deflate_level": opts.max_deflate_level,
-            "topology_zone": opts.values.get("topology_zone", ""),
-            "topology_region": opts.values.get("topology_region", ""),
+            **({"topology_zone": opts.topology_zone, "topology_region": opts.topology_region}
+               if topology_set(opts) else {}),
         })
 
     def _put(self, topic: "Topic", msgs: list[tuple], nbytes: int, delay: float = 0.0) -> None:
@@ -787,14 +696,6 @@ class HttpApi:
         return _error(500, "INTERNAL_ERROR")
 
 
-_HTML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
-
-
-def _html_escape(text: str) -> str:
-    """Go's ``net/http`` htmlEscape (used in redirect bodies)."""
-    return text.translate(_HTML_ESCAPES)
-
-
 def _nanos(seconds: float) -> int:
     """A duration as Go's JSON encodes ``time.Duration``: integer nanoseconds."""
     return int(round(seconds * 1_000_000_000))
@@ -826,15 +727,11 @@ async def start_http(nsqd: "NSQD", address: str,
             await site.start()
             nsqd.logger.info("%s: listening on %s", label, address)
             return runner, -1
-        host, port = split_host_port(address)
-        site = web.TCPSite(runner, host or None, port, reuse_address=True, backlog=1024,
-                           ssl_context=ssl_context)
+        sock = listen_socket(address)  # dual-stack on 0.0.0.0, as Go
+        site = web.SockSite(runner, sock, ssl_context=ssl_context)
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    actual = sock.getsockname()[1]
-    shown = f"[{host}]:{actual}" if ":" in host else f"{host}:{actual}"
-    nsqd.logger.info("%s: listening on %s", label, shown)
-    return runner, actual
+    nsqd.logger.info("%s: listening on %s", label, sock_address(sock))
+    return runner, sock.getsockname()[1]

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         opts = parse_options(args)
     except FlagError as err:
         print(str(err), file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(err.exit_code)
     if opts.version:
         print(version_string("nsqd"))
         return

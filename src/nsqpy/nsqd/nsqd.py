@@ -10,9 +10,9 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..common.addr import is_unix_socket, split_host_port
+from ..common.addr import is_unix_socket, join_host_port, listen_socket
 from ..protocol.commands import Limits
-from .. import NSQ_COMPAT_VERSION
+from .. import NSQ_COMPAT_VERSION, version_string
 from ..protocol.message import MESSAGE_HEADER_SIZE, IdFactory
 from ..protocol.names import is_ephemeral, is_valid_name
 from .diskqueue import DiskQueue, DummyQueue
@@ -20,7 +20,7 @@ from .entity_config import restore_config, with_config
 from .lookup import LookupdPeers
 from .metadata import METADATA_FILE, DataPathLock, atomic_write, encode_metadata, read_metadata
 from .drain import install_drain_signal
-from .options import Options
+from .options import Options, topology_set
 from .topic import Topic
 
 if TYPE_CHECKING:
@@ -135,6 +135,9 @@ class NSQD:
             task = self.loop.create_task(self._precreate_channels(topic))
             self._tasks.append(task)
             task.add_done_callback(self._forget_task)
+        elif not self._loading and self.options.lookupd_tcp_address:
+            self.logger.error("no available nsqlookupd to query for channels to pre-create for "
+                              "topic %s", topic.name)
 
     def on_topic_deleted(self, topic: Topic) -> None:
         self.lookup.unregister(topic.name)
@@ -156,29 +159,43 @@ class NSQD:
 
     async def _precreate_channels(self, topic: Topic) -> None:
         """Ask every lookupd which channels the topic has, so none misses the first messages."""
+        from urllib.parse import quote_plus
+
         import aiohttp
+        from yarl import URL
 
         opts = self.options
         timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
                                         connect=opts.http_client_connect_timeout)
         names: set[str] = set()
+        addrs = self.lookup.http_addresses()
+        errors: list[str] = []
         try:
             async with aiohttp.ClientSession(timeout=timeout) as session:
-                for addr in self.lookup.http_addresses():
-                    url = f"http://{addr}/channels"
+                for addr in addrs:
+                    # upstream's clusterinfo line, which operators grep for
+                    url = f"http://{addr}/channels?topic={quote_plus(topic.name)}"
+                    self.logger.info("CI: querying nsqlookupd %s", url)
                     try:
-                        async with session.get(url, params={"topic": topic.name}, headers={
+                        async with session.get(URL(url, encoded=True), headers={
                                 "Accept": "application/vnd.nsq; version=1.0"}) as resp:
                             if resp.status != 200:
+                                errors.append(f"got response {resp.status} {resp.reason} "
+                                              f"{(await resp.read())!r}")
                                 continue
                             doc = await resp.json(content_type=None)
                     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as err:
-                        self.logger.error("LOOKUP(%s): failed to query channels of %s - %s",
-                                          addr, topic.name, err)
+                        errors.append(f"Get \"{url}\": {err or type(err).__name__}")
                         continue
                     for name in doc.get("channels") or []:
                         if isinstance(name, str) and is_valid_name(name) and not is_ephemeral(name):
                             names.add(name)
+            if errors:
+                text = "\n".join(errors)
+                if len(errors) == len(addrs):
+                    text = f"failed to query any nsqlookupd: {text}"
+                self.logger.warning("failed to query nsqlookupd for channels to pre-create for "
+                                    "topic %s - %s", topic.name, text)
         finally:
             if not topic.exiting:
                 for name in sorted(names):
@@ -202,8 +219,8 @@ class NSQD:
             "http_port": opts.broadcast_http_port or self.http_port,
             "hostname": socket.gethostname(),
             "broadcast_address": opts.broadcast_address,
-            "topology_zone": opts.topology_zone,
-            "topology_region": opts.topology_region,
+            **({"topology_zone": opts.topology_zone, "topology_region": opts.topology_region}
+               if topology_set(opts) else {}),
         }
 
     def set_lookupd_addresses(self, addresses: list[str]) -> None:
@@ -234,7 +251,9 @@ class NSQD:
                         if not c.ephemeral]
             topics.append(with_config({"name": topic.name, "paused": topic.paused,
                                        "channels": channels or None}, topic))
-        atomic_write(os.path.join(self.data_path, METADATA_FILE), encode_metadata(topics))
+        path = os.path.normpath(os.path.join(self.data_path, METADATA_FILE))
+        self.logger.info("NSQ: persisting topic/channel metadata to %s", path)
+        atomic_write(path, encode_metadata(topics))
 
     def load_metadata(self) -> None:
         """Recreate topics and channels (and their pause state) from nsqd.dat."""
@@ -309,6 +328,8 @@ class NSQD:
         from .client import ClientV2
 
         opts = self.options
+        self.logger.info("%s", version_string("nsqd"))  # upstream's first two lines
+        self.logger.info("ID: %d", opts.node_id)
         if not os.path.isdir(self.data_path):
             raise RuntimeError(f"--data-path={self.data_path} is not a directory")
         from .auth import AuthClient
@@ -325,9 +346,8 @@ class NSQD:
             self._tcp_server = await self.loop.create_unix_server(lambda: ClientV2(self), addr)
             self.tcp_port = -1
         else:
-            host, port = split_host_port(addr)
-            self._tcp_server = await self.loop.create_server(
-                lambda: ClientV2(self), host or None, port, reuse_address=True, backlog=1024)
+            self._tcp_server = await self.loop.create_server(  # dual-stack on 0.0.0.0, as Go
+                lambda: ClientV2(self), sock=listen_socket(addr))
             self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
         self.logger.info("TCP: listening on %s", _sockname(self._tcp_server))
         if opts.http_address:
@@ -349,14 +369,16 @@ class NSQD:
         if self.exiting:
             return
         self.exiting = True
-        self.logger.info("NSQ: closing")
         if self._tcp_server is not None:
+            self.logger.info("TCP: closing %s", _sockname(self._tcp_server))
             self._tcp_server.close()
         for client in list(self.clients.values()):
             client.close_connection()
         if self.http_runner is not None:
+            self.logger.info("HTTP: closing %s", _listen_name(self.http_runner))
             await self.http_runner.cleanup()
         if self.https_runner is not None:
+            self.logger.info("HTTPS: closing %s", _listen_name(self.https_runner))
             await self.https_runner.cleanup()
         if self.auth is not None:
             await self.auth.close()
@@ -365,13 +387,22 @@ class NSQD:
                 self.persist_metadata()
             except OSError as err:
                 self.logger.error("failed to persist metadata - %s", err)
+        self.logger.info("NSQ: closing topics")
         for topic in list(self.topics.values()):
             topic.close(flush=True)
+        self.logger.info("NSQ: stopping subsystems")
         await self.lookup.close()
+        self.logger.info("QUEUESCAN: closing")
         for task in list(self._tasks):
             task.cancel()
         self._lock.release()
         self.logger.info("NSQ: bye")
+
+
+def _listen_name(runner: Any) -> str:
+    """How upstream names an HTTP listener in its log: the socket path, or ``host:port``."""
+    name = runner.addresses[0] if runner.addresses else ""
+    return join_host_port(name[0], name[1]) if isinstance(name, tuple) else str(name)
 
 
 def _sockname(server: asyncio.AbstractServer) -> str:

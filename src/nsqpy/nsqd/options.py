@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.flags import (
-    Flag, FlagError, FlagSet, parse_duration, reject_unimplemented, server_flags,
+    Flag, FlagError, FlagSet, go_quote, parse_duration, reject_unimplemented, server_flags,
 )
 from .lifecycle_options import lifecycle_flags, validate_lifecycle
 
@@ -28,7 +28,7 @@ def _tls_required(raw: str) -> str:
         return "false"
     if t == "tcp-https":
         return "tcp-https"
-    raise ValueError(f"invalid tls-required value {raw!r}")
+    raise ValueError(f"strconv.ParseBool: parsing {go_quote(raw)}: invalid syntax")  # Go's words
 
 
 _TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
@@ -37,7 +37,7 @@ _TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3":
 def _tls_min_version(raw: str) -> str:
     t = raw.strip().lower()
     if t not in _TLS_VERSIONS:
-        raise ValueError(f"unknown tls-min-version {raw!r}")
+        raise ValueError(f"unknown tlsVersionOption {go_quote(raw)}")
     return t
 
 
@@ -47,24 +47,29 @@ def build_flagset() -> FlagSet:
     fs.add(*server_flags("nsqd"))
     F = Flag
     fs.add(
-        F("node-id", default_node_id(host), "unique part for message IDs, (int) in range [0,1024)",
+        F("node-id", default_node_id(host), "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)",
           kind="int", cfg="id"),
         F("worker-id", False, "[deprecated] use --node-id", kind="bool", deprecated=True),
         F("https-address", "0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients"),
-        F("http-address", "0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients"),
-        F("tcp-address", "0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients"),
+        F("http-address", "0.0.0.0:4151", "address to listen on for HTTP clients (<addr>:<port> for TCP/IP or <path> for unix socket)"),
+        F("tcp-address", "0.0.0.0:4150", "address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)"),
         F("auth-http-address", [], "<addr>:<port> or a full url to query auth server (may be given multiple times)",
           kind="list", cfg="auth_http_addresses"),
-        F("auth-http-request-method", "get", "HTTP method to use for auth server requests"),
-        F("broadcast-address", host, "address that will be registered with lookupd"),
-        F("broadcast-tcp-port", 0, "TCP port that will be registered with lookupd (default to the TCP port)", kind="int"),
-        F("broadcast-http-port", 0, "HTTP port that will be registered with lookupd (default to the HTTP port)", kind="int"),
+        F("auth-http-request-method", "get", "HTTP method to use for auth server requests",
+          hidden=True),  # upstream master (PR #1487), not v1.3.0: v1.3.0 always GETs
+        F("broadcast-address", host, "address that will be registered with lookupd (defaults to the OS hostname)"),
+        F("broadcast-tcp-port", 0, "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd is listening on)", kind="int"),
+        F("broadcast-http-port", 0, "HTTP port that will be registered with lookupd (defaults to the HTTP port that this nsqd is listening on)", kind="int"),
         F("lookupd-tcp-address", [], "lookupd TCP address (may be given multiple times)", kind="list",
           cfg="nsqlookupd_tcp_addresses"),
         F("http-client-connect-timeout", 2.0, "timeout for HTTP connect", kind="duration"),
         F("http-client-request-timeout", 5.0, "timeout for HTTP request", kind="duration"),
-        F("topology-region", "", "region label for topology-aware consumption"),
-        F("topology-zone", "", "zone label for topology-aware consumption"),
+        # upstream's unreleased master (PR #1301), not v1.3.0: hidden from --help, and their
+        # fields appear in /info, /stats and lookupd only when one of them is set
+        F("topology-region", "", "A region represents a larger domain, made up of one or more zones for preferring closer consumer",
+          hidden=True),
+        F("topology-zone", "", "A zone represents a logical failure domain for preferring closer consumer",
+          hidden=True),
         F("data-path", "", "path to store disk-backed messages"),
         F("mem-queue-size", 10000, "number of messages to keep in memory (per topic/channel)", kind="int"),
         F("max-bytes-per-file", 104857600, "number of bytes per diskqueue file before rolling", kind="int"),
@@ -92,19 +97,20 @@ def build_flagset() -> FlagSet:
         F("statsd-exclude-ephemeral", False, "Skip ephemeral topics and channels when sending stats to statsd", kind="bool", implemented=False),
         F("e2e-processing-latency-percentile", [], "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)",
           kind="list", cfg="e2e_processing_latency_percentiles"),
-        F("e2e-processing-latency-window-time", 600.0, "calculate end to end latency quantiles for this duration of time", kind="duration"),
+        F("e2e-processing-latency-window-time", 600.0, "calculate end to end latency quantiles for this duration of time (ie: 60s would only show quantile calculations from the past 60 seconds)", kind="duration"),
         F("tls-cert", "", "path to certificate file"),
         F("tls-key", "", "path to key file"),
         F("tls-client-auth-policy", "", "client certificate auth policy ('require' or 'require-verify')"),
         F("tls-root-ca-file", "", "path to certificate authority file"),
-        F("tls-required", "false", "require TLS for client connections (true, false, tcp-https)", parse=_tls_required),
+        F("tls-required", "false", "require TLS for client connections (true, false, tcp-https)", parse=_tls_required,
+          go_type="", go_default=""),  # a bool-like Value in Go: bare -tls-required means true,
         F("tls-min-version", "tls1.0", "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
           parse=_tls_min_version),
         F("deflate", True, "enable deflate feature negotiation (client compression)", kind="bool"),
         F("max-deflate-level", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)", kind="int"),
         F("snappy", True, "enable snappy feature negotiation (client compression)", kind="bool"),
-        F("enable-experiment", [], "enable experimental feature (may be given multiple times)", kind="list",
-          implemented=False),
+        F("enable-experiment", [], "enable experimental feature (may be given multiple times) (valid options: \"topology-aware-consumption\")",
+          kind="list", implemented=False, hidden=True),
         *lifecycle_flags(),
     )
     return fs
@@ -159,10 +165,15 @@ def parse_options(argv: list[str]) -> Options:
     return Options(values, explicit)
 
 
+def topology_set(opts: "Options") -> bool:
+    """True when the operator set a topology label: only then do the post-1.3.0 fields appear."""
+    return bool(opts.values.get("topology_zone") or opts.values.get("topology_region"))
+
+
 def config_key_map() -> dict[str, Flag]:
     """``/config/:opt`` keys (cfg names) → flags."""
     return {f.key: f for f in build_flagset().flags if f.name not in ("config", "version")}
 
 
 __all__ = ["Options", "parse_options", "build_flagset", "default_node_id", "parse_duration",
-           "config_key_map", "_TLS_VERSIONS"]
+           "config_key_map", "topology_set", "_TLS_VERSIONS"]

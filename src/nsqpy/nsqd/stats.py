@@ -25,6 +25,7 @@ import orjson
 from .. import NSQ_COMPAT_VERSION
 from ..common.flags import format_duration
 from .entity_config import add_channel_stats, add_topic_stats
+from .options import topology_set
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -95,8 +96,10 @@ def client_stats(client: "ClientV2", topic_filter: str = "") -> dict:
             stats["auth_identity"] = auth_state.identity
         if auth_state.identity_url:
             stats["auth_identity_url"] = auth_state.identity_url
-    stats["topology_zone"] = getattr(client, "topology_zone", "")
-    stats["topology_region"] = getattr(client, "topology_region", "")
+    nsqd = getattr(client, "nsqd", None)
+    if nsqd is not None and topology_set(nsqd.options):  # post-1.3.0 fields: only on opt-in
+        stats["topology_zone"] = getattr(client, "topology_zone", "")
+        stats["topology_region"] = getattr(client, "topology_region", "")
     if pub_counts:
         stats["pub_counts"] = pub_counts
     info = getattr(client, "tls_info", None)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Coroutine, Iterable, NoReturn
 import aiohttp
 import orjson
 
-from .. import NSQ_COMPAT_VERSION, __version__, version_string  # noqa: F401 (tools call common.version_string)
+from .. import NSQ_COMPAT_VERSION, __version__
 from ..client import ConnectionOptions
 from ..common.daemon import run as run_on_loop
 from ..common.flags import Flag, FlagError, FlagSet, parse_duration
@@ -67,21 +67,21 @@ class Options:
         self.__dict__[name] = value
 
 
+def version_string(program: str) -> str:
+    """``nsq_tail v1.3.0``: upstream's utilities print no build line (its daemons do)."""
+    return f"{program} v{NSQ_COMPAT_VERSION}"
+
+
 def parse_flags(fs: FlagSet, argv: list[str]) -> dict[str, Any]:
     """Parse like Go's ``flag.ExitOnError``: ``-h`` prints usage and exits 0, a bad flag prints
     the error and the usage and exits 2, stray positional arguments are refused."""
-    for arg in argv:
-        if arg == "--":
-            break
-        if arg in ("-h", "-help", "--h", "--help"):
-            print(fs.usage(), file=sys.stderr)
-            raise SystemExit(0)
+    if fs.usage_name is None:
+        fs.usage_name = sys.argv[0]  # Go's flag.CommandLine says "Usage of <os.Args[0]>:"
     try:
         values, _explicit, positional = fs.parse(argv)
     except FlagError as err:
         print(str(err), file=sys.stderr)
-        print(fs.usage(), file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(err.exit_code) from None
     if positional:
         print(f"unknown arguments: {positional}", file=sys.stderr)
         raise SystemExit(2)

@@ -60,11 +60,12 @@ class FatalError(Exception):
 
 
 def build_flagset() -> FlagSet:
-    fs = FlagSet(PROGRAM)
+    fs = FlagSet(PROGRAM, usage_name="nsqd")  # upstream names this FlagSet "nsqd" (its --help says so)
     F = Flag
     fs.add(
         F("version", False, "print version string", kind="bool"),
-        F("log-level", "info", "set log verbosity: debug, info, warn, error, or fatal", parse=parse_level),
+        F("log-level", "info", "set log verbosity: debug, info, warn, error, or fatal", parse=parse_level,
+          go_type="string", go_default='"info"'),
         F("log-prefix", "[nsq_to_file] ", "log message prefix"),
         F("channel", "nsq_to_file", "nsq channel"),
         F("max-in-flight", 200, "max number of messages to allow in flight", kind="int"),

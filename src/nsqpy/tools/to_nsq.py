@@ -38,7 +38,7 @@ READ_SIZE = 1 << 16
 def build_flagset() -> FlagSet:
     fs = FlagSet(PROGRAM)
     fs.add(
-        Flag("version", False, "print version string", kind="bool"),
+        Flag("version", False, "print version string", kind="bool", hidden=True),  # not upstream's
         Flag("topic", "", "NSQ topic to publish to"),
         Flag("delimiter", "\n", "character to split input from stdin"),
         repeated("nsqd-tcp-address", "destination nsqd TCP address (may be given multiple times)"),

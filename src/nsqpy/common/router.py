@@ -1,0 +1,185 @@
+"""One httprouter (v1.3.0, as upstream's three daemons use it) for nsqd, nsqlookupd and nsqadmin.
+
+aiohttp's own router answers unknown methods, trailing slashes and odd casing differently from
+upstream, so each daemon routes everything through one catch-all aiohttp route into
+:class:`Router`, which decides as ``julienschmidt/httprouter`` does:
+
+1. an exact match (static segments, ``:name`` matching one non-empty segment);
+2. else, for a method that has routes (not ``CONNECT``, path not ``/``): a redirect to the path
+   with its trailing slash added/removed, or to the case-insensitive match of the cleaned path
+   (``//a/../Ping`` → ``/ping``): 301 for GET, 307 otherwise, query string kept;
+3. else ``OPTIONS`` with an ``Allow`` list → 200;
+4. else 405 with ``Allow`` when another method has the path;
+5. else 404.
+
+The router only decides; each daemon renders its own errors (their bodies differ slightly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from aiohttp import web
+
+T = TypeVar("T")
+
+#: characters Go's ``url.EscapedPath`` leaves alone in a path
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+
+
+def clean_path(path: str) -> str:
+    """httprouter's ``CleanPath``: Go's ``path.Clean``, rooted, keeping a trailing slash."""
+    if not path:
+        return "/"
+    if path[0] != "/":
+        path = "/" + path
+    trailing = len(path) > 1 and path.endswith("/")
+    parts: list[str] = []
+    for seg in path.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(seg)
+    out = "/" + "/".join(parts)
+    if trailing and out != "/":
+        out += "/"
+    return out
+
+
+def _html_escape(text: str) -> str:
+    """Go's ``htmlEscape`` in ``net/http`` (numeric entities for quotes)."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&#34;").replace("'", "&#39;"))
+
+
+def redirect(request: web.Request, path: str) -> web.Response:
+    """What httprouter does with ``http.Redirect``: 301 for GET, 307 keeping the method, the
+    query string kept; GET gets Go's little HTML body, GET and HEAD its Content-Type."""
+    code = 301 if request.method == "GET" else 307
+    location = quote(path, safe=_PATH_SAFE)
+    raw_query = request.rel_url.raw_query_string
+    if raw_query:
+        location += "?" + raw_query
+    headers = {"Location": location}
+    body = b""
+    if request.method in ("GET", "HEAD"):
+        headers["Content-Type"] = "text/html; charset=utf-8"
+    if request.method == "GET":
+        text = "Moved Permanently" if code == 301 else "Temporary Redirect"
+        body = f'<a href="{_html_escape(location)}">{text}</a>.\n\n'.encode()
+    return web.Response(status=code, body=body, headers=headers)
+
+
+@dataclass(frozen=True)
+class Unrouted:
+    """Why a request matched no route: ``redirect`` (to ``location``), ``options`` / ``405``
+    (with ``allow``), or ``404``."""
+
+    kind: str
+    location: str = ""
+    allow: str = ""
+
+
+class Router(Generic[T]):
+    """Routes by method and path to a target of the daemon's choosing (a handler, a tuple...)."""
+
+    def __init__(self) -> None:
+        self.static: dict[str, dict[str, T]] = {}  # method -> path -> target
+        self.param: dict[str, list[tuple[list[str], T]]] = {}  # method -> [(segments, target)]
+        self.methods: set[str] = set()
+
+    def add(self, method: str, path: str, target: T) -> None:
+        self.methods.add(method)
+        if "/:" in path:
+            self.param.setdefault(method, []).append((path.split("/"), target))
+        else:
+            self.static.setdefault(method, {})[path] = target
+
+    def match(self, method: str, path: str) -> tuple[T, dict[str, str]] | None:
+        """The target and the ``:name`` values for an exact match."""
+        target = self.static.get(method, {}).get(path)
+        if target is not None:
+            return target, {}
+        routes = self.param.get(method)
+        if routes:
+            segs = path.split("/")
+            for pattern, target in routes:
+                params = _match_segments(pattern, segs)
+                if params is not None:
+                    return target, params
+        return None
+
+    def unrouted(self, method: str, path: str) -> Unrouted:
+        """httprouter's decision for a request :meth:`match` did not route."""
+        if method in self.methods and method != "CONNECT" and path != "/":
+            alt = path[:-1] if len(path) > 1 and path.endswith("/") else path + "/"
+            if self.match(method, alt) is not None:
+                return Unrouted("redirect", location=alt)
+            fixed = self._case_insensitive(method, clean_path(path))
+            if fixed is not None:
+                return Unrouted("redirect", location=fixed)
+        allow = self.allowed(path, method)
+        if method == "OPTIONS":
+            if allow:
+                return Unrouted("options", allow=allow)
+        elif allow:
+            return Unrouted("405", allow=allow)
+        return Unrouted("404")
+
+    def allowed(self, path: str, method: str) -> str:
+        """The ``Allow`` header: the other methods that route ``path``, plus OPTIONS, sorted."""
+        found = [m for m in self.methods
+                 if m not in (method, "OPTIONS") and self.match(m, path) is not None]
+        return ", ".join(sorted(found + ["OPTIONS"])) if found else ""
+
+    def _case_insensitive(self, method: str, path: str) -> str | None:
+        """``findCaseInsensitivePath`` fixing a trailing slash too: the route's own spelling
+        of static segments, the request's of parameter values."""
+        alt = path[:-1] if len(path) > 1 and path.endswith("/") else path + "/"
+        for candidate in (path, alt):
+            low = candidate.lower()
+            for known in self.static.get(method, {}):
+                if known.lower() == low:
+                    return known
+            segs = candidate.split("/")
+            for pattern, _ in self.param.get(method, []):
+                lowered = [s if s.startswith(":") else s.lower() for s in pattern]
+                if _match_segments(lowered, [s.lower() for s in segs]) is not None:
+                    return "/".join(s if p.startswith(":") else p
+                                    for p, s in zip(pattern, segs))
+        return None
+
+
+def _match_segments(pattern: list[str], segs: list[str]) -> dict[str, str] | None:
+    if len(pattern) != len(segs):
+        return None
+    params: dict[str, str] = {}
+    for p, s in zip(pattern, segs):
+        if p.startswith(":"):
+            if not s:
+                return None
+            params[p[1:]] = s
+        elif p != s:
+            return None
+    return params
+
+
+def unrouted_response(router: Router[Any], request: web.Request,
+                      error: Any) -> web.Response:
+    """The response for a request no route matched; ``error(status, text)`` renders the
+    daemon's ``{"message": ...}`` errors."""
+    decision = router.unrouted(request.method, request.path)
+    if decision.kind == "redirect":
+        return redirect(request, decision.location)
+    if decision.kind == "options":
+        return web.Response(headers={"Allow": decision.allow})
+    if decision.kind == "405":
+        response: web.Response = error(405, "METHOD_NOT_ALLOWED")
+        response.headers["Allow"] = decision.allow
+        return response
+    return error(404, "NOT_FOUND")
