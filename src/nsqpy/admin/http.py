@@ -31,6 +31,7 @@ from ..common.flags import format_duration
 from ..common.log import parse_level, set_level
 from ..nsqd.stats import go_json
 from ..protocol.names import is_valid_name
+from .graphite import Graphite
 from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
 from .options import config_flags, config_value
 
@@ -169,6 +170,7 @@ class HTTPServer:
         self.logger = admin.logger
         self.ci = ci
         self.router = Router()
+        self.graphite = Graphite(self)
         bp = self.bp
         r = self.router.add
         for page in ("/", "/topics", "/topics/:topic", "/topics/:topic/:channel", "/nodes",
@@ -188,6 +190,9 @@ class HTTPServer:
         r("DELETE", bp("/api/topics/:topic"), self.delete_topic)
         r("DELETE", bp("/api/topics/:topic/:channel"), self.delete_channel)
         r("GET", bp("/api/counter"), self.counter)
+        r("GET", bp("/api/graphite"), self.graphite.rate)
+        if self.opts.proxy_graphite:
+            r("GET", bp("/render"), self.graphite.render)
         r("GET", bp("/config/:opt"), self.config)
         r("PUT", bp("/config/:opt"), self.config)
         self.methods = {m for m, _, _ in self.router.routes}
@@ -406,9 +411,8 @@ class HTTPServer:
         self.partial(messages, stats.errors)
         agg = stats.value[1].get(channel)
         if agg is None:
-            # upstream dereferences a missing channel and its panic handler answers 500
-            self.logger.error("channel %s:%s not found on any producer", topic, channel)
-            raise HTTPError(500, "INTERNAL_ERROR")
+            # upstream embeds a nil *ChannelStats: Go's encoder leaves its fields out
+            return v1_response({"message": warn_message(messages)})
         if agg.clients:
             agg.clients = sort_clients_by_node_topology(agg.clients)
         return v1_response({**agg.to_json(), "message": warn_message(messages)})
@@ -615,4 +619,11 @@ class HTTPServer:
         flag = config_flags().get(opt)
         if flag is None:
             raise HTTPError(400, "INVALID_OPTION")
-        return v1_response(config_value(opts, flag))
+        value = config_value(opts, flag)
+        if isinstance(value, str):
+            # upstream's RespondV1 writes a string as is; Go sniffs text/plain unless empty
+            headers = dict(V1_HEADERS)
+            if value:
+                headers["Content-Type"] = "text/plain; charset=utf-8"
+            return web.Response(body=value.encode(), headers=headers)
+        return v1_response(value)

@@ -301,6 +301,14 @@
     return api('GET', '/topics/' + enc(topic) + '/' + enc(channel)).then(function (c) {
       var title = h('h1', null, h('span', { 'class': 'kind' }, 'Channel: '), topic + ' / ' + channel,
         c.paused ? badge('paused', 'paused') : null);
+      var where = crumbs(link('/', 'Streams'), link('/topics/' + enc(topic), topic), channel);
+      if (!(c.nodes || []).length) {
+        // upstream answers {"message": ""} for a channel no nsqd has: its notice, no actions
+        return [where, title, warning(c),
+          h('div', { 'class': 'alert warning', role: 'alert', id: 'no-producers' },
+            h('strong', null, 'Notice'), ' No producers exist for this topic/channel. ',
+            'See ', link('/lookup', 'Lookup'), ' for more information.')];
+      }
       var rows = (c.nodes || []).map(function (n) {
         return h('tr', { 'data-node': n.node },
           h('td', null, link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
@@ -332,8 +340,7 @@
           td(fmt(cl.message_count), true), td(duration(cl.connected), true));
       });
       return [
-        crumbs(link('/', 'Streams'), link('/topics/' + enc(topic), topic), channel),
-        title, warning(c), channelActions(c),
+        where, title, warning(c), channelActions(c),
         h('h2', null, 'Channel Message Queue'),
         table(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred', '#Requeued',
           '#Timed Out', '#Messages', '#Connections'], rows),
