@@ -14,122 +14,16 @@
 (function () {
   'use strict';
 
-  var CONFIG = JSON.parse(document.getElementById('nsqadmin-config').textContent);
-  var BASE = CONFIG.basePath === '/' ? '' : CONFIG.basePath;
+  var NSQ = window.NSQ, CONFIG = NSQ.CONFIG, BASE = NSQ.BASE;
+  var h = NSQ.h, append = NSQ.append, url = NSQ.url, link = NSQ.link, fmt = NSQ.fmt, enc = NSQ.enc;
+  var badge = NSQ.badge, alertBox = NSQ.alertBox, warning = NSQ.warning, sum = NSQ.sum;
+  var table = NSQ.table, td = NSQ.td, crumbs = NSQ.crumbs, api = NSQ.api, mapLimit = NSQ.mapLimit;
+  var noProducers = NSQ.noProducers;
   var app = document.getElementById('app');
   var flashBox = document.getElementById('flash');
   var pendingFlash = null;
   var renderSeq = 0;
   var timers = [];
-
-  // --- helpers -------------------------------------------------------------------------------
-
-  function h(tag, attrs) {
-    var el = document.createElement(tag);
-    if (attrs) {
-      Object.keys(attrs).forEach(function (k) {
-        var v = attrs[k];
-        if (v === null || v === undefined || v === false) return;
-        if (k === 'onclick' || k === 'onsubmit') el[k] = v;
-        else el.setAttribute(k, v === true ? '' : v);
-      });
-    }
-    for (var i = 2; i < arguments.length; i++) append(el, arguments[i]);
-    return el;
-  }
-
-  function append(el, child) {
-    if (child === null || child === undefined || child === false) return;
-    if (Array.isArray(child)) { child.forEach(function (c) { append(el, c); }); return; }
-    el.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-
-  function url(path) { return BASE + path; }
-
-  function link(path, text) {
-    return h('a', { href: url(path), 'data-link': true, 'data-path': path }, text);
-  }
-
-  function fmt(n) { return n === null || n === undefined ? '' : Number(n).toLocaleString('en-US'); }
-
-  function enc(s) { return encodeURIComponent(s); }
-
-  function badge(text, kind) { return h('span', { 'class': 'badge ' + (kind || '') }, text); }
-
-  function alertBox(kind, text) { return h('div', { 'class': 'alert ' + kind, role: 'alert' }, text); }
-
-  function warning(data) { return data && data.message ? alertBox('warning', data.message) : null; }
-
-  function sum(list, key) {
-    return (list || []).reduce(function (acc, x) { return acc + (x[key] || 0); }, 0);
-  }
-
-  function duration(ns) {
-    var s = Math.max(0, Math.floor(ns / 1e9));
-    var d = Math.floor(s / 86400), hh = Math.floor(s % 86400 / 3600);
-    var m = Math.floor(s % 3600 / 60), sec = s % 60;
-    if (d) return d + 'd ' + hh + 'h';
-    if (hh) return hh + 'h ' + m + 'm';
-    if (m) return m + 'm ' + sec + 's';
-    return sec + 's';
-  }
-
-  function table(headers, rows) {
-    return h('table', { 'class': 'data' },
-      h('thead', null, h('tr', null, headers.map(function (hd) {
-        var num = hd.charAt(0) === '#';
-        return h('th', num ? { 'class': 'num' } : null, num ? hd.slice(1) : hd);
-      }))),
-      h('tbody', null, rows));
-  }
-
-  function td(value, num) { return h('td', num ? { 'class': 'num' } : null, value); }
-
-  function crumbs() {
-    var parts = [];
-    for (var i = 0; i < arguments.length; i++) {
-      if (i) parts.push(h('span', { 'class': 'sep' }, '/'));
-      parts.push(arguments[i]);
-    }
-    return h('div', { 'class': 'breadcrumb' }, parts);
-  }
-
-  // --- API -----------------------------------------------------------------------------------
-
-  function ApiError(status, message) { this.status = status; this.message = message; }
-
-  function api(method, path, body) {
-    var init = { method: method, headers: { Accept: 'application/json' } };
-    if (body !== undefined) {
-      init.body = JSON.stringify(body);
-      init.headers['Content-Type'] = 'application/json';
-    }
-    return fetch(url('/api' + path), init).then(function (resp) {
-      return resp.text().then(function (text) {
-        var data = {};
-        try { data = text ? JSON.parse(text) : {}; } catch (e) { data = { message: text }; }
-        if (!resp.ok) throw new ApiError(resp.status, data.message || resp.statusText);
-        return data;
-      });
-    });
-  }
-
-  // run fn over items with at most `limit` requests in flight
-  function mapLimit(items, limit, fn) {
-    var results = new Array(items.length), next = 0;
-    function worker() {
-      if (next >= items.length) return Promise.resolve();
-      var i = next++;
-      return fn(items[i]).then(function (r) { results[i] = r; return worker(); });
-    }
-    var workers = [];
-    for (var k = 0; k < Math.min(limit, items.length); k++) workers.push(worker());
-    return Promise.all(workers).then(function () { return results; });
-  }
-
-  function noProducers(err) {
-    return err instanceof ApiError && /failed to query any nsqd/i.test(err.message);
-  }
 
   // --- confirm dialog and actions --------------------------------------------------------------
 
@@ -174,6 +68,9 @@
       onclick: runAction(question, done, request, after)
     }, label);
   }
+
+  NSQ.runAction = runAction;
+  NSQ.actionButton = actionButton;
 
   // --- pages ---------------------------------------------------------------------------------
 
@@ -325,19 +222,12 @@
         td(fmt(c.message_count), true), td(fmt(c.client_count), true)));
       var clients = c.clients || [];
       var clientRows = clients.map(function (cl) {
-        var attrs = [];
-        if (cl.tls) attrs.push(badge('TLS ' + (cl.tls_version || ''), 'warn'));
-        if (cl.deflate) attrs.push(badge('deflate'));
-        if (cl.snappy) attrs.push(badge('snappy'));
-        if (cl.sample_rate > 0) attrs.push(badge('sampled ' + cl.sample_rate + '%'));
-        if (cl.authed) attrs.push(badge('authed' + (cl.auth_identity ? ': ' + cl.auth_identity : '')));
-        if (cl.topology_zone) attrs.push(badge('zone ' + cl.topology_zone));
-        return h('tr', null,
-          td(cl.hostname + ' (' + cl.remote_address + ')'), td(cl.user_agent || cl.version),
-          h('td', null, attrs), td(link('/nodes/' + enc(cl.node), cl.node)),
+        return h('tr', { 'data-client': cl.client_id, title: cl.remote_address },
+          td(NSQ.clientName(cl, true)), h('td', null, cl.user_agent ? h('small', null, cl.user_agent) : null),
+          h('td', null, NSQ.clientAttrs(cl)), td(link('/nodes/' + enc(cl.node), cl.node)),
           td(fmt(cl.in_flight_count), true), td(fmt(cl.ready_count), true),
           td(fmt(cl.finish_count), true), td(fmt(cl.requeue_count), true),
-          td(fmt(cl.message_count), true), td(duration(cl.connected), true));
+          td(fmt(cl.message_count), true), td(NSQ.nanotohuman(cl.connected), true));
       });
       return [
         where, title, warning(c), channelActions(c),
@@ -349,68 +239,6 @@
           ? table(['Client Host', 'User-Agent', 'Attributes', 'NSQd Host', '#In-Flight', '#Ready Count',
             '#Finished', '#Requeued', '#Messages', '#Connected'], clientRows)
           : alertBox('info', 'No clients are connected to this channel.')
-      ];
-    });
-  }
-
-  function nodeAddress(n) {
-    var host = n.broadcast_address.indexOf(':') >= 0 ? '[' + n.broadcast_address + ']' : n.broadcast_address;
-    return host + ':' + n.http_port;
-  }
-
-  function nodesPage() {
-    return api('GET', '/nodes').then(function (data) {
-      var nodes = data.nodes || [];
-      var lookupds = CONFIG.nsqlookupd.length;
-      var rows = nodes.map(function (n) {
-        var addr = nodeAddress(n);
-        var conns = n.remote_addresses || [];
-        var topics = (n.topics || []).map(function (t) {
-          return [link('/topics/' + enc(t.topic), t.topic), t.tombstoned ? badge('tombstoned', 'danger') : null, ' '];
-        });
-        return h('tr', { 'data-node': addr },
-          h('td', null, link('/nodes/' + enc(addr), n.hostname)),
-          td(n.broadcast_address), td(n.tcp_port, true), td(n.http_port, true),
-          h('td', null, n.version, n.out_of_date ? badge('out of date', 'warn') : null),
-          lookupds ? h('td', { 'class': 'num' }, conns.length,
-            conns.length !== lookupds ? badge('inconsistent', 'warn') : null) : null,
-          h('td', { 'class': 'wrap' }, topics));
-      });
-      var headers = ['Hostname', 'Broadcast Address', '#TCP Port', '#HTTP Port', 'Version'];
-      if (lookupds) headers.push('#Lookupd Conns');
-      headers.push('Topics');
-      return [h('h1', null, 'NSQd Nodes (' + nodes.length + ')'), warning(data),
-        nodes.length ? table(headers, rows) : alertBox('info', 'No nsqd nodes are registered.')];
-    });
-  }
-
-  function nodePage(node) {
-    return api('GET', '/nodes/' + enc(node)).then(function (data) {
-      var topics = data.topics || [];
-      var rows = [];
-      topics.forEach(function (t) {
-        rows.push(h('tr', { 'data-topic': t.topic_name },
-          h('td', null, link('/topics/' + enc(t.topic_name), t.topic_name), t.paused ? badge('paused', 'paused') : null),
-          td(fmt(t.depth), true), td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
-          td(''), td(fmt(t.message_count), true), td(''), td(fmt((t.channels || []).length) + ' channels')));
-        (t.channels || []).forEach(function (c) {
-          rows.push(h('tr', { 'class': 'sub' },
-            h('td', null, link('/topics/' + enc(t.topic_name) + '/' + enc(c.channel_name), c.channel_name),
-              c.paused ? badge('paused', 'paused') : null),
-            td(fmt(c.depth), true), td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
-            td(fmt(c.in_flight_count), true), td(fmt(c.message_count), true),
-            td(fmt((c.clients || []).length), true), td('')));
-        });
-      });
-      return [
-        crumbs(link('/nodes', 'Nodes'), node),
-        h('h1', null, h('span', { 'class': 'kind' }, 'Node: '), node), warning(data),
-        h('div', { 'class': 'summary' },
-          h('div', null, h('strong', null, fmt(topics.length)), 'topics'),
-          h('div', null, h('strong', null, fmt(data.total_messages)), 'messages'),
-          h('div', null, h('strong', null, fmt(data.total_clients)), 'clients')),
-        topics.length ? table(['Topic / Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Messages',
-          '#Clients', ''], rows) : alertBox('info', 'This node has no topics.')
       ];
     });
   }
@@ -492,8 +320,8 @@
     [/^\/(?:topics\/?)?$/, topicsPage, 'topics'],
     [/^\/topics\/([^/]+)$/, topicPage, 'topics'],
     [/^\/topics\/([^/]+)\/([^/]+)$/, channelPage, 'topics'],
-    [/^\/nodes\/?$/, nodesPage, 'nodes'],
-    [/^\/nodes\/([^/]+)$/, nodePage, 'nodes'],
+    [/^\/nodes\/?$/, NSQ.pages.nodes, 'nodes'],
+    [/^\/nodes\/([^/]+)$/, NSQ.pages.node, 'nodes'],
     [/^\/lookup$/, lookupPage, 'lookup'],
     [/^\/counter$/, counterPage, 'counter']
   ];
