@@ -13,6 +13,7 @@ requester is an admin (so it can hide the action buttons), as upstream's templat
 from __future__ import annotations
 
 import base64
+import functools
 import ipaddress
 import json
 import mimetypes
@@ -32,6 +33,7 @@ from ..common.log import parse_level, set_level
 from ..nsqd.stats import go_json
 from ..protocol.names import is_valid_name
 from .graphite import Graphite
+from .live import live_api
 from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
 from .options import config_flags, config_value
 
@@ -191,6 +193,8 @@ class HTTPServer:
         r("DELETE", bp("/api/topics/:topic/:channel"), self.delete_channel)
         r("GET", bp("/api/counter"), self.counter)
         r("GET", bp("/api/graphite"), self.graphite.rate)
+        if self.opts.live_interval > 0:
+            r("GET", bp("/api/live"), functools.partial(live_api, self))
         if self.opts.proxy_graphite:
             r("GET", bp("/render"), self.graphite.render)
         r("GET", bp("/config/:opt"), self.config)
@@ -311,6 +315,7 @@ class HTTPServer:
             "nsqlookupd": list(self.opts.lookupd_http_address),
             "nsqd": list(self.opts.nsqd_http_address),
             "graphEnabled": False,
+            "liveInterval": self.opts.live_interval,
         }
         html = (page.decode("utf-8")
                 .replace("{{STATIC}}", self.bp("/static"))

@@ -24,6 +24,7 @@ from ..lookupd.main import listen_socket
 from ..nsqd.stats import go_json
 from .clusterinfo import ClusterInfo
 from .http import HTTPServer
+from .live import LiveSampler
 from .options import Options, parse_options, validate
 
 #: notifications waiting to be sent; beyond this an admin action's notification is dropped
@@ -87,6 +88,7 @@ class NSQAdmin:
         self._sock: socket.socket | None = None
         self._runner: web.AppRunner | None = None
         self.session: aiohttp.ClientSession | None = None
+        self.live: LiveSampler | None = None
 
     async def start(self) -> None:
         opts = self.opts
@@ -102,6 +104,9 @@ class NSQAdmin:
         self.session = aiohttp.ClientSession(timeout=timeout)
         self.notifier.start()
         ci = ClusterInfo(self.session, self.logger)
+        if opts.live_interval > 0:
+            self.live = LiveSampler(self, ci)
+            self.live.start()
         runner = web.AppRunner(HTTPServer(self, ci).make_app(), access_log=None,
                                handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
@@ -113,6 +118,8 @@ class NSQAdmin:
         if self._runner is not None:
             await self._runner.cleanup()
             self.logger.info("HTTP: closing %s", self.http_address)
+        if self.live is not None:
+            await self.live.close()
         await self.notifier.close(self.opts.http_client_request_timeout)
         if self.session is not None:
             await self.session.close()

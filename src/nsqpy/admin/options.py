@@ -56,6 +56,11 @@ def build_flagset() -> FlagSet:
              "A CIDR from which to allow HTTP requests to the /config endpoint"),
         Flag("acl-http-header", "X-Forwarded-User",
              "HTTP header to check for authenticated admin users"),
+        Flag("live-interval", 0.0,
+             "sample every nsqd's /stats this often and show live rates and graphs without "
+             "graphite (nsqpy; 0 = off, as upstream)", kind="duration"),
+        Flag("live-history", 3600.0, "how much live history to keep in memory (nsqpy)",
+             kind="duration"),
         Flag("lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)",
              kind="list", cfg="nsqlookupd_http_addresses"),
         Flag("nsqd-http-address", [], "nsqd HTTP address (may be given multiple times)",
@@ -93,6 +98,8 @@ class Options:
     http_client_tls_key: str
     allow_config_from_cidr: str
     acl_http_header: str
+    live_interval: float
+    live_history: float
     lookupd_http_address: list[str] = field(default_factory=list)
     nsqd_http_address: list[str] = field(default_factory=list)
     admin_user: list[str] = field(default_factory=list)
@@ -139,6 +146,8 @@ def validate(opts: Options) -> None:
         except ValueError as err:
             raise ValueError(f"failed to parse --allow-config-from-cidr "
                              f"({opts.allow_config_from_cidr}) - {err}") from None
+    if opts.live_interval < 0 or (opts.live_interval and opts.live_history < opts.live_interval):
+        raise ValueError("--live-interval must be >= 0 and not above --live-history")
     opts.base_path = normalize_base_path(opts.base_path)
 
 

@@ -18,7 +18,7 @@
   var h = NSQ.h, append = NSQ.append, url = NSQ.url, link = NSQ.link, fmt = NSQ.fmt, enc = NSQ.enc;
   var badge = NSQ.badge, alertBox = NSQ.alertBox, warning = NSQ.warning, sum = NSQ.sum;
   var table = NSQ.table, td = NSQ.td, crumbs = NSQ.crumbs, api = NSQ.api, mapLimit = NSQ.mapLimit;
-  var noProducers = NSQ.noProducers;
+  var noProducers = NSQ.noProducers, live = NSQ.live;
   var app = document.getElementById('app');
   var flashBox = document.getElementById('flash');
   var pendingFlash = null;
@@ -85,22 +85,23 @@
           if (t.error) {
             var note = noProducers(t.error) ? badge('no producers', 'muted') : badge(t.error.message, 'danger');
             return h('tr', null, h('td', null, link('/topics/' + enc(name), name), note),
-              td(''), td(''), td(''), td(''), td(''), td(''));
+              td(''), td(''), td(''), td(''), td(''), td(''), live.enabled ? td('') : null);
           }
           return h('tr', { 'data-topic': name },
             h('td', null, link('/topics/' + enc(name), name), t.paused ? badge('paused', 'paused') : null),
-            td(fmt(t.depth), true),
+            live.num(fmt(t.depth), name, '', '*', 'depth'),
             td(fmt(sum(t.channels, 'depth')), true),
-            td(fmt(sum(t.channels, 'in_flight_count')), true),
-            td(fmt(t.message_count), true),
+            live.num(fmt(sum(t.channels, 'in_flight_count')), name, '', '*', 'in_flight_count'),
+            live.num(fmt(t.message_count), name, '', '*', 'message_count'),
             td(fmt((t.channels || []).length), true),
-            td(fmt((t.nodes || []).length), true));
+            td(fmt((t.nodes || []).length), true),
+            live.rate(name, '', '*'));
         });
         return [
           h('h1', null, 'Topics'),
           warning(data),
-          names.length ? table(['Topic', '#Topic Depth', '#Channel Depth', '#In-Flight', '#Messages',
-            '#Channels', '#Nodes'], rows)
+          names.length ? table(live.rateHeader(['Topic', '#Topic Depth', '#Channel Depth', '#In-Flight',
+            '#Messages', '#Channels', '#Nodes']), rows)
             : alertBox('info', 'No topics yet. Topics appear once a producer publishes to nsqd.')
         ];
       });
@@ -139,34 +140,39 @@
             }, '✘') : null,
             link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
             n.paused ? badge('paused', 'paused') : null),
-          td(fmt(n.depth), true),
+          live.num(fmt(n.depth), topic, '', n.node, 'depth'),
           td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
-          td(fmt(n.message_count), true),
-          td(fmt((n.channels || []).length), true));
+          live.num(fmt(n.message_count), topic, '', n.node, 'message_count'),
+          td(fmt((n.channels || []).length), true),
+          live.rate(topic, '', n.node));
       });
-      nodeRows.push(h('tr', { 'class': 'total' }, td('Total'), td(fmt(t.depth), true),
-        td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true), td(fmt(t.message_count), true),
-        td(fmt((t.channels || []).length), true)));
+      nodeRows.push(h('tr', { 'class': 'total' }, td('Total'), live.num(fmt(t.depth), topic, '', '*', 'depth'),
+        td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
+        live.num(fmt(t.message_count), topic, '', '*', 'message_count'),
+        td(fmt((t.channels || []).length), true), live.rate(topic, '', '*')));
       var channels = t.channels || [];
       var chanRows = channels.map(function (c) {
         return h('tr', { 'data-channel': c.channel_name },
           h('td', null, link('/topics/' + enc(topic) + '/' + enc(c.channel_name), c.channel_name),
             c.paused ? badge('paused', 'paused') : null),
-          td(fmt(c.depth), true),
+          live.num(fmt(c.depth), topic, c.channel_name, '*', 'depth'),
           td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
-          td(fmt(c.in_flight_count), true), td(fmt(c.deferred_count), true),
-          td(fmt(c.requeue_count), true), td(fmt(c.timeout_count), true),
-          td(fmt(c.message_count), true), td(fmt(c.client_count), true));
+          live.num(fmt(c.in_flight_count), topic, c.channel_name, '*', 'in_flight_count'),
+          live.num(fmt(c.deferred_count), topic, c.channel_name, '*', 'deferred_count'),
+          live.num(fmt(c.requeue_count), topic, c.channel_name, '*', 'requeue_count'),
+          live.num(fmt(c.timeout_count), topic, c.channel_name, '*', 'timeout_count'),
+          live.num(fmt(c.message_count), topic, c.channel_name, '*', 'message_count'),
+          td(fmt(c.client_count), true), live.rate(topic, c.channel_name, '*'));
       });
       return head.concat([
         warning(t),
         topicActions(t),
         h('h2', null, 'Topic Message Queue'),
-        table(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels'], nodeRows),
+        table(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels']), nodeRows),
         h('h2', null, 'Channel Message Queues'),
         channels.length
-          ? table(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred', '#Requeued',
-            '#Timed Out', '#Messages', '#Connections'], chanRows)
+          ? table(live.rateHeader(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
+            '#Requeued', '#Timed Out', '#Messages', '#Connections']), chanRows)
           : alertBox('info', 'No channels exist for this topic. Messages will queue at the topic until a channel is created.')
       ]);
     }, function (err) {
@@ -210,16 +216,23 @@
         return h('tr', { 'data-node': n.node },
           h('td', null, link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
             n.paused ? badge('paused', 'paused') : null),
-          td(fmt(n.depth), true), td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
-          td(fmt(n.in_flight_count), true), td(fmt(n.deferred_count), true),
-          td(fmt(n.requeue_count), true), td(fmt(n.timeout_count), true),
-          td(fmt(n.message_count), true), td(fmt(n.client_count), true));
+          live.num(fmt(n.depth), topic, channel, n.node, 'depth'),
+          td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
+          live.num(fmt(n.in_flight_count), topic, channel, n.node, 'in_flight_count'),
+          live.num(fmt(n.deferred_count), topic, channel, n.node, 'deferred_count'),
+          live.num(fmt(n.requeue_count), topic, channel, n.node, 'requeue_count'),
+          live.num(fmt(n.timeout_count), topic, channel, n.node, 'timeout_count'),
+          live.num(fmt(n.message_count), topic, channel, n.node, 'message_count'),
+          td(fmt(n.client_count), true), live.rate(topic, channel, n.node));
       });
-      rows.push(h('tr', { 'class': 'total' }, td('Total'), td(fmt(c.depth), true),
+      rows.push(h('tr', { 'class': 'total' }, td('Total'), live.num(fmt(c.depth), topic, channel, '*', 'depth'),
         td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
-        td(fmt(c.in_flight_count), true), td(fmt(c.deferred_count), true),
-        td(fmt(c.requeue_count), true), td(fmt(c.timeout_count), true),
-        td(fmt(c.message_count), true), td(fmt(c.client_count), true)));
+        live.num(fmt(c.in_flight_count), topic, channel, '*', 'in_flight_count'),
+        live.num(fmt(c.deferred_count), topic, channel, '*', 'deferred_count'),
+        live.num(fmt(c.requeue_count), topic, channel, '*', 'requeue_count'),
+        live.num(fmt(c.timeout_count), topic, channel, '*', 'timeout_count'),
+        live.num(fmt(c.message_count), topic, channel, '*', 'message_count'),
+        td(fmt(c.client_count), true), live.rate(topic, channel, '*')));
       var clients = c.clients || [];
       var clientRows = clients.map(function (cl) {
         return h('tr', { 'data-client': cl.client_id, title: cl.remote_address },
@@ -232,8 +245,8 @@
       return [
         where, title, warning(c), channelActions(c),
         h('h2', null, 'Channel Message Queue'),
-        table(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred', '#Requeued',
-          '#Timed Out', '#Messages', '#Connections'], rows),
+        table(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
+          '#Requeued', '#Timed Out', '#Messages', '#Connections']), rows),
         h('h2', null, 'Client Connections'),
         clients.length
           ? table(['Client Host', 'User-Agent', 'Attributes', 'NSQd Host', '#In-Flight', '#Ready Count',
@@ -310,7 +323,8 @@
     return tick().then(function () {
       timers.push(setInterval(tick, 3000));
       return [h('div', { 'class': 'counter' }, value,
-        h('div', { 'class': 'label' }, 'messages processed (sum over channels)'), rate)];
+        h('div', { 'class': 'label' }, 'messages processed (sum over channels)'), rate,
+        live.enabled ? live.cell('', '*', '', '*', 'rate', 'div') : null)];
     });
   }
 
@@ -365,6 +379,7 @@
       if (seq !== renderSeq) return;
       app.replaceChildren();
       append(app, nodes);
+      live.start(function (id) { timers.push(id); });
       document.title = 'nsqadmin - ' + (args.join(' / ') || route[2]);
     }, function (err) {
       if (seq !== renderSeq) return;

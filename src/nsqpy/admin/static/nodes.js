@@ -73,8 +73,9 @@
     }, '✘');
   }
 
-  var CHANNEL_HEAD = ['', 'Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred', '#Requeued',
-    '#Timed Out', '#Messages', '#Connections'];
+  var live = NSQ.live;
+  var CHANNEL_HEAD = live.rateHeader(['', 'Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
+    '#Requeued', '#Timed Out', '#Messages', '#Connections']);
   var CLIENT_HEAD = ['', 'Client Host', 'User-Agent', 'Attributes', '#In-Flight', '#Ready Count',
     '#Requeued', '#Finished', '#Messages', '#Connected'];
 
@@ -92,10 +93,13 @@
         td(''),
         h('td', null, link('/topics/' + enc(t.topic_name) + '/' + enc(c.channel_name), c.channel_name),
           c.paused ? badge('paused', 'paused') : null),
-        td(fmt(c.depth), true), td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
-        td(fmt(c.in_flight_count), true), td(fmt(c.deferred_count), true),
+        live.num(fmt(c.depth), t.topic_name, c.channel_name, node, 'depth'),
+        td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
+        live.num(fmt(c.in_flight_count), t.topic_name, c.channel_name, node, 'in_flight_count'),
+        live.num(fmt(c.deferred_count), t.topic_name, c.channel_name, node, 'deferred_count'),
         td(fmt(c.requeue_count), true), td(fmt(c.timeout_count), true),
-        td(fmt(c.message_count), true), td(fmt(clients.length), true))];
+        td(fmt(c.message_count), true), td(fmt(clients.length), true),
+        live.rate(t.topic_name, c.channel_name, node))];
     if (!clients.length) {
       rows.push(h('tr', null, h('td', { colspan: 10, 'class': 'notice' }, 'No clients connected to this channel.')));
       return rows;
@@ -119,13 +123,15 @@
       var body = [];
       topics.forEach(function (t) {
         var channels = t.channels || [];
-        body.push(headRow(['Topic', '', '#Depth', '#Memory + Disk', '', '', '', '', '#Messages', '#Channels'],
-          'topic-head'));
+        body.push(headRow(['Topic', '', '#Depth', '#Memory + Disk', live.enabled ? '#Rate' : '', '', '', '',
+          '#Messages', '#Channels'], 'topic-head'));
         body.push(h('tr', { 'class': 'topic', 'data-topic': t.topic_name },
           h('td', { colspan: 2 }, tombstoneButton(node, t.topic_name),
             link('/topics/' + enc(t.topic_name), t.topic_name), t.paused ? badge('paused', 'paused') : null),
-          td(fmt(t.depth), true), td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
-          td(''), td(''), td(''), td(''), td(fmt(t.message_count), true), td(fmt(channels.length), true)));
+          live.num(fmt(t.depth), t.topic_name, '', node, 'depth'),
+          td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
+          live.rate(t.topic_name, '', node) || td(''), td(''), td(''), td(''),
+          td(fmt(t.message_count), true), td(fmt(channels.length), true)));
         if (!channels.length) {
           body.push(h('tr', null, h('td', { colspan: 10, 'class': 'notice' }, 'No channels exist for this topic.')));
         }
