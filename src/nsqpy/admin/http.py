@@ -314,7 +314,14 @@ class HTTPServer:
             "isAdmin": self.is_admin(request),
             "nsqlookupd": list(self.opts.lookupd_http_address),
             "nsqd": list(self.opts.nsqd_http_address),
-            "graphEnabled": False,
+            # upstream's template variables for its graphite graphs
+            "graphEnabled": bool(self.opts.graphite_url),
+            "graphiteUrl": "" if self.opts.proxy_graphite else self.opts.graphite_url,
+            "proxyGraphite": self.opts.proxy_graphite,
+            "statsdInterval": int(self.opts.statsd_interval),
+            "statsdCounterFormat": self.opts.statsd_counter_format,
+            "statsdGaugeFormat": self.opts.statsd_gauge_format,
+            "statsdPrefix": self.opts.statsd_prefix,
             "liveInterval": self.opts.live_interval,
         }
         html = (page.decode("utf-8")

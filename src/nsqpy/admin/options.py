@@ -1,8 +1,8 @@
 """nsqadmin's flags with upstream's names, defaults and config keys (reference §4.1).
 
-Graphite/statsd graphs and the HTTP client's TLS settings are not built: their flags are accepted
-(so existing command lines and config files parse) but setting one fails start-up with a clear
-message instead of being silently ignored.
+The HTTP client's TLS settings are not built: their flags are accepted (so existing command lines
+and config files parse) but setting one fails start-up with a clear message instead of being
+silently ignored.
 """
 
 from __future__ import annotations
@@ -23,21 +23,19 @@ def build_flagset() -> FlagSet:
         Flag("http-address", "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"),
         Flag("base-path", "/", "URL base path"),
         Flag("dev-static-dir", "", "(development use only)"),
-        Flag("graphite-url", "", "graphite HTTP address", implemented=False),
-        Flag("proxy-graphite", False, "proxy HTTP requests to graphite", kind="bool",
-             implemented=False),
+        Flag("graphite-url", "", "graphite HTTP address"),
+        Flag("proxy-graphite", False, "proxy HTTP requests to graphite", kind="bool"),
         Flag("statsd-counter-format", "stats.counters.%s.count",
              "The counter stats key formatting applied by the implementation of statsd. "
-             "If no formatting is desired, set this to an empty string.", implemented=False),
+             "If no formatting is desired, set this to an empty string."),
         Flag("statsd-gauge-format", "stats.gauges.%s",
              "The gauge stats key formatting applied by the implementation of statsd. "
-             "If no formatting is desired, set this to an empty string.", implemented=False),
+             "If no formatting is desired, set this to an empty string."),
         Flag("statsd-prefix", "nsq.%s",
-             "prefix used for keys sent to statsd (%s for host replacement, must match nsqd)",
-             implemented=False),
+             "prefix used for keys sent to statsd (%s for host replacement, must match nsqd)"),
         Flag("statsd-interval", 60.0,
              "time interval nsqd is configured to push to statsd (must match nsqd)",
-             kind="duration", implemented=False),
+             kind="duration"),
         Flag("notification-http-endpoint", "",
              "HTTP endpoint (fully qualified) to which POST notifications of admin actions "
              "will be sent"),

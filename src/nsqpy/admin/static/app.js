@@ -18,7 +18,7 @@
   var h = NSQ.h, append = NSQ.append, url = NSQ.url, link = NSQ.link, fmt = NSQ.fmt, enc = NSQ.enc;
   var badge = NSQ.badge, alertBox = NSQ.alertBox, warning = NSQ.warning, sum = NSQ.sum;
   var table = NSQ.table, td = NSQ.td, crumbs = NSQ.crumbs, api = NSQ.api, mapLimit = NSQ.mapLimit;
-  var noProducers = NSQ.noProducers, live = NSQ.live;
+  var noProducers = NSQ.noProducers, live = NSQ.live, gr = NSQ.graphite;
   var app = document.getElementById('app');
   var flashBox = document.getElementById('flash');
   var pendingFlash = null;
@@ -85,7 +85,8 @@
           if (t.error) {
             var note = noProducers(t.error) ? badge('no producers', 'muted') : badge(t.error.message, 'danger');
             return h('tr', null, h('td', null, link('/topics/' + enc(name), name), note),
-              td(''), td(''), td(''), td(''), td(''), td(''), live.enabled ? td('') : null);
+              td(''), td(''), td(''), td(''), td(''), td(''), live.enabled ? td('') : null,
+              gr.active ? [td(''), td(''), td('')] : null);
           }
           return h('tr', { 'data-topic': name },
             h('td', null, link('/topics/' + enc(name), name), t.paused ? badge('paused', 'paused') : null),
@@ -95,13 +96,16 @@
             live.num(fmt(t.message_count), name, '', '*', 'message_count'),
             td(fmt((t.channels || []).length), true),
             td(fmt((t.nodes || []).length), true),
-            live.rate(name, '', '*'));
+            live.rate(name, '', '*'),
+            gr.active ? h('td', null, gr.spark('topic', '', name, '', 'depth')) : null,
+            gr.active ? h('td', null, gr.spark('topic', '', name, '', 'message_count')) : null,
+            gr.rate('topic', '*', name, ''));
         });
         return [
           h('h1', null, 'Topics'),
           warning(data),
-          names.length ? table(live.rateHeader(['Topic', '#Topic Depth', '#Channel Depth', '#In-Flight',
-            '#Messages', '#Channels', '#Nodes']), rows)
+          names.length ? table(gr.header(live.rateHeader(['Topic', '#Topic Depth', '#Channel Depth', '#In-Flight',
+            '#Messages', '#Channels', '#Nodes']).concat(gr.active ? ['Depth', 'Messages'] : [])), rows)
             : alertBox('info', 'No topics yet. Topics appear once a producer publishes to nsqd.')
         ];
       });
@@ -144,12 +148,16 @@
           td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
           live.num(fmt(n.message_count), topic, '', n.node, 'message_count'),
           td(fmt((n.channels || []).length), true),
-          live.rate(topic, '', n.node));
+          live.rate(topic, '', n.node), gr.rate('topic', n.node, topic, ''));
+      }).map(function (tr, i) {
+        var node = t.nodes[i].node;
+        return [tr, gr.row([null, ['topic', node, topic, '', 'depth'], null, ['topic', node, topic, '', 'message_count']])];
       });
       nodeRows.push(h('tr', { 'class': 'total' }, td('Total'), live.num(fmt(t.depth), topic, '', '*', 'depth'),
         td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
         live.num(fmt(t.message_count), topic, '', '*', 'message_count'),
-        td(fmt((t.channels || []).length), true), live.rate(topic, '', '*')));
+        td(fmt((t.channels || []).length), true), live.rate(topic, '', '*'), gr.rate('topic', '*', topic, '')),
+        gr.row([null, ['topic', '*', topic, '', 'depth'], null, ['topic', '*', topic, '', 'message_count']]));
       var channels = t.channels || [];
       var chanRows = channels.map(function (c) {
         return h('tr', { 'data-channel': c.channel_name },
@@ -163,12 +171,12 @@
           live.num(fmt(c.timeout_count), topic, c.channel_name, '*', 'timeout_count'),
           live.num(fmt(c.message_count), topic, c.channel_name, '*', 'message_count'),
           td(fmt(c.client_count), true), live.rate(topic, c.channel_name, '*'));
-      });
+      }).map(function (tr, i) { return [tr, channelGraphs(topic, channels[i].channel_name, '*')]; });
       return head.concat([
         warning(t),
         topicActions(t),
         h('h2', null, 'Topic Message Queue'),
-        table(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels']), nodeRows),
+        table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels'])), nodeRows),
         h('h2', null, 'Channel Message Queues'),
         channels.length
           ? table(live.rateHeader(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
@@ -180,6 +188,13 @@
       return head.concat([alertBox('warning', 'No producers exist for this topic. '),
         h('p', null, 'See ', link('/lookup', 'Lookup'), ' for topics known to nsqlookupd without producers.')]);
     });
+  }
+
+  // upstream's graph row under a channel: depth, in-flight, deferred, requeued, timed out, messages, clients
+  function channelGraphs(topic, channel, node) {
+    var spec = function (metric) { return ['channel', node, topic, channel, metric]; };
+    return gr.row([null, spec('depth'), null, spec('in_flight_count'), spec('deferred_count'),
+      spec('requeue_count'), spec('timeout_count'), spec('message_count'), spec('clients')]);
   }
 
   function channelActions(c) {
@@ -223,8 +238,8 @@
           live.num(fmt(n.requeue_count), topic, channel, n.node, 'requeue_count'),
           live.num(fmt(n.timeout_count), topic, channel, n.node, 'timeout_count'),
           live.num(fmt(n.message_count), topic, channel, n.node, 'message_count'),
-          td(fmt(n.client_count), true), live.rate(topic, channel, n.node));
-      });
+          td(fmt(n.client_count), true), live.rate(topic, channel, n.node), gr.rate('channel', n.node, topic, channel));
+      }).map(function (tr, i) { return [tr, channelGraphs(topic, channel, c.nodes[i].node)]; });
       rows.push(h('tr', { 'class': 'total' }, td('Total'), live.num(fmt(c.depth), topic, channel, '*', 'depth'),
         td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
         live.num(fmt(c.in_flight_count), topic, channel, '*', 'in_flight_count'),
@@ -232,7 +247,8 @@
         live.num(fmt(c.requeue_count), topic, channel, '*', 'requeue_count'),
         live.num(fmt(c.timeout_count), topic, channel, '*', 'timeout_count'),
         live.num(fmt(c.message_count), topic, channel, '*', 'message_count'),
-        td(fmt(c.client_count), true), live.rate(topic, channel, '*')));
+        td(fmt(c.client_count), true), live.rate(topic, channel, '*'), gr.rate('channel', '*', topic, channel)),
+        channelGraphs(topic, channel, '*'));
       var clients = c.clients || [];
       var clientRows = clients.map(function (cl) {
         return h('tr', { 'data-client': cl.client_id, title: cl.remote_address },
@@ -245,8 +261,8 @@
       return [
         where, title, warning(c), channelActions(c),
         h('h2', null, 'Channel Message Queue'),
-        table(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
-          '#Requeued', '#Timed Out', '#Messages', '#Connections']), rows),
+        table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
+          '#Requeued', '#Timed Out', '#Messages', '#Connections'])), rows),
         h('h2', null, 'Client Connections'),
         clients.length
           ? table(['Client Host', 'User-Agent', 'Attributes', 'NSQd Host', '#In-Flight', '#Ready Count',
@@ -310,7 +326,10 @@
     var value = h('div', { 'class': 'value' }, '…');
     var rate = h('div', { 'class': 'label' }, '');
     var last = null;
+    var big = gr.active ? h('img', { id: 'big_graph', 'class': 'graphite', width: 800, alt: 'messages per second',
+      src: gr.largeUrl('counter', '*', '', '', 'message_count') }) : null;
     function tick() {
+      if (big) big.src = gr.largeUrl('counter', '*', '', '', 'message_count') + '&_uniq=' + Date.now();
       return api('GET', '/counter').then(function (data) {
         var total = 0;
         Object.keys(data.stats || {}).forEach(function (k) { total += data.stats[k].message_count; });
@@ -324,7 +343,7 @@
       timers.push(setInterval(tick, 3000));
       return [h('div', { 'class': 'counter' }, value,
         h('div', { 'class': 'label' }, 'messages processed (sum over channels)'), rate,
-        live.enabled ? live.cell('', '*', '', '*', 'rate', 'div') : null)];
+        live.enabled ? live.cell('', '*', '', '*', 'rate', 'div') : null, big)];
     });
   }
 
@@ -380,6 +399,7 @@
       app.replaceChildren();
       append(app, nodes);
       live.start(function (id) { timers.push(id); });
+      gr.fillRates();
       document.title = 'nsqadmin - ' + (args.join(' / ') || route[2]);
     }, function (err) {
       if (seq !== renderSeq) return;
@@ -399,5 +419,6 @@
     a.setAttribute('href', url(a.getAttribute('data-path')));
   });
   document.getElementById('version').textContent = 'v' + CONFIG.version;
+  append(document.querySelector('.topbar nav'), gr.intervalMenu());
   render();
 })();

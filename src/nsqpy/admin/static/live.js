@@ -32,7 +32,11 @@
     return interval ? cell('', topic, channel, node, 'rate') : null;
   }
 
-  function rateHeader(headers) { return interval ? headers.concat(['#Rate']) : headers; }
+  // next to graphite's Rate column (both configured) this one says it is the live one
+  function rateHeader(headers) {
+    var label = NSQ.graphite && NSQ.graphite.active ? '#Live Rate' : '#Rate';
+    return interval ? headers.concat([label]) : headers;
+  }
 
   function sparkline(values, rate) {
     var w = 120, hgt = 20, pts = [], max = 0, n = values.length;

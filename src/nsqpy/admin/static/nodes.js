@@ -73,7 +73,7 @@
     }, '✘');
   }
 
-  var live = NSQ.live;
+  var live = NSQ.live, gr = NSQ.graphite;
   var CHANNEL_HEAD = live.rateHeader(['', 'Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
     '#Requeued', '#Timed Out', '#Messages', '#Connections']);
   var CLIENT_HEAD = ['', 'Client Host', 'User-Agent', 'Attributes', '#In-Flight', '#Ready Count',
@@ -99,7 +99,11 @@
         live.num(fmt(c.deferred_count), t.topic_name, c.channel_name, node, 'deferred_count'),
         td(fmt(c.requeue_count), true), td(fmt(c.timeout_count), true),
         td(fmt(c.message_count), true), td(fmt(clients.length), true),
-        live.rate(t.topic_name, c.channel_name, node))];
+        live.rate(t.topic_name, c.channel_name, node)),
+      gr.row([null, null].concat(['depth', null, 'in_flight_count', 'deferred_count', 'requeue_count',
+        'timeout_count', 'message_count', 'clients'].map(function (m) {
+        return m && ['channel', node, t.topic_name, c.channel_name, m];
+      })))];
     if (!clients.length) {
       rows.push(h('tr', null, h('td', { colspan: 10, 'class': 'notice' }, 'No clients connected to this channel.')));
       return rows;
@@ -117,6 +121,16 @@
     return rows;
   }
 
+  // upstream's node graphs from nsqd's --statsd-mem-stats keys
+  function memGraphs(node) {
+    if (!gr.active) return null;
+    var graphs = [['*_bytes', 'GC Pressure'], ['gc_pause_*', 'GC Pause Percentiles'], ['gc_runs', 'GC Runs'],
+      ['heap_objects', 'Heap Objects In-Use']];
+    return h('div', { 'class': 'mem-graphs' }, graphs.map(function (g) {
+      return h('figure', null, gr.spark('node', node, '', '', g[0], 200), h('figcaption', null, g[1]));
+    }));
+  }
+
   NSQ.pages.node = function (node) {
     return NSQ.api('GET', '/nodes/' + enc(node)).then(function (data) {
       var topics = data.topics || [];
@@ -132,6 +146,8 @@
           td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
           live.rate(t.topic_name, '', node) || td(''), td(''), td(''), td(''),
           td(fmt(t.message_count), true), td(fmt(channels.length), true)));
+        body.push(gr.row([null, null, ['topic', node, t.topic_name, '', 'depth'], null, null, null, null, null,
+          ['topic', node, t.topic_name, '', 'message_count']]));
         if (!channels.length) {
           body.push(h('tr', null, h('td', { colspan: 10, 'class': 'notice' }, 'No channels exist for this topic.')));
         }
@@ -140,6 +156,7 @@
       return [
         NSQ.crumbs(link('/nodes', 'Nodes'), node),
         h('h1', null, h('span', { 'class': 'kind' }, 'Node: '), node), NSQ.warning(data),
+        memGraphs(node),
         h('div', { 'class': 'summary' },
           h('div', null, h('strong', null, fmt(topics.length)), 'topics'),
           h('div', null, h('strong', null, fmt(data.total_messages)), 'messages'),
