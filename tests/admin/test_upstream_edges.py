@@ -74,3 +74,57 @@ def test_missing_channel_page_shows_no_producers_notice(cluster, page):
     expect(notice.get_by_role("link", name="Lookup")).to_be_visible()
     expect(page.locator("#app")).not_to_contain_text("INTERNAL_ERROR")
     expect(page.locator("button[data-action]")).to_have_count(0)
+
+
+def test_render_proxy_keeps_path_and_query_and_sends_url_credentials(tmp_path, cluster):
+    """``--proxy-graphite``: ``GET /render`` goes to graphite's host unchanged; user:password in
+    ``--graphite-url`` becomes basic auth (upstream's director). Graphite here is a plain HTTP
+    server recording what it was asked."""
+    import base64
+    import json as jsonlib
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from admin.admin_util import NsqAdmin
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append((self.path, self.headers.get("Authorization")))
+            body = jsonlib.dumps([{"target": "t", "datapoints": [[30.0, 1]]}]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    lookupd = f"--lookupd-http-address={cluster.lookupd.http_address}"
+    admin = NsqAdmin(tmp_path, lookupd, f"--graphite-url=http://ops:s3cret@127.0.0.1:{port}",
+                     "--proxy-graphite", "--statsd-interval=15s")
+    try:
+        resp = request(f"{admin.url}/render?target=a.b&from=-1h&format=json")
+        assert resp.status == 200 and resp.json()[0]["datapoints"] == [[30.0, 1]]
+        path, auth = seen[-1]
+        assert path == "/render?target=a.b&from=-1h&format=json"
+        assert auth == "Basic " + base64.b64encode(b"ops:s3cret").decode()
+        # the rate: graphite's value over the statsd interval, asked the way upstream asks
+        assert request(f"{admin.url}/api/graphite?metric=rate&target=a.b").json() == {"rate": "2.00"}
+        path, auth = seen[-1]
+        assert path == "/render?format=json&from=-30sec&target=a.b&until=-15sec"
+        assert auth == "Basic " + base64.b64encode(b"ops:s3cret").decode()
+        # the page is told to draw through nsqadmin, not from graphite's address
+        page = request(f"{admin.url}/").body.decode()
+        assert '"graphiteUrl":""' in page and '"proxyGraphite":true' in page
+        assert '"graphEnabled":true' in page and '"statsdInterval":15' in page
+    finally:
+        admin.stop()
+        server.shutdown()
+        server.server_close()
