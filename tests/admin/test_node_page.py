@@ -5,7 +5,7 @@ subscribe to one channel: one over TLS (raw V2 upgraded with the test CA), one w
 with deflate (nsqpy's own consumer). The node page must show each channel's Deferred / Requeued /
 Timed Out, one row per client with its attributes and counts, and a tombstone button per topic that
 really tombstones the topic in nsqlookupd; the nodes list its topic-count badge and the
-lookupd-connections popover; the channel page the client ids.
+lookupd-connections popover; the channel page the client ids and the end-to-end latency columns.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def tls_cluster(tmp_path_factory):
         lookupd = Nsqlookupd(tmp / "lookupd")
         started.append(lookupd)
         nsqd = SecureNsqd(tmp / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}",
-                          certs=certs)
+                          "--e2e-processing-latency-percentile=0.99",
+                          "--e2e-processing-latency-percentile=0.5", certs=certs)
         started.append(nsqd)
         admin = NsqAdmin(tmp / "admin", f"--lookupd-http-address={lookupd.http_address}")
         started.append(admin)
@@ -168,6 +169,13 @@ def test_node_pages_show_clients_channels_and_tombstone(tls_cluster, page, tmp_p
         expect(page.locator('tr[data-client="snappy-worker"] td').first).to_have_text(
             re.compile(r"^snappy-worker\.example:\d+$"))
         expect(page.locator('tr[data-client="tls-worker"] [data-attr="tls"]')).to_be_visible()
+        # end-to-end latency columns, one per percentile nsqd is configured with, as upstream's
+        headers = page.locator("table.data").first.locator("th")
+        expect(headers.filter(has_text="E2E 99th")).to_have_count(1)
+        expect(headers.filter(has_text="E2E 50th")).to_have_count(1)
+        latency = page.locator("tr.total td.e2e").first
+        expect(latency).to_have_text(re.compile(r"^(\d+h)?(\d+m)?\d+(\.\d+)?(ns|us|ms|s)$"))
+        assert latency.get_attribute("title").startswith("99th: min = ")
     finally:
         for c in consumers:
             loop.run(c.close(), timeout=10)

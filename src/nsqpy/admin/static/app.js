@@ -147,17 +147,20 @@
           live.num(fmt(n.depth), topic, '', n.node, 'depth'),
           td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
           live.num(fmt(n.message_count), topic, '', n.node, 'message_count'),
-          td(fmt((n.channels || []).length), true),
+          td(fmt((n.channels || []).length), true), NSQ.e2eCells(n.e2e_processing_latency, t.e2e_processing_latency),
           live.rate(topic, '', n.node), gr.rate('topic', n.node, topic, ''));
       }).map(function (tr, i) {
         var node = t.nodes[i].node;
-        return [tr, gr.row([null, ['topic', node, topic, '', 'depth'], null, ['topic', node, topic, '', 'message_count']])];
+        return [tr, gr.row([null, ['topic', node, topic, '', 'depth'], null, ['topic', node, topic, '', 'message_count'],
+          null, gr.e2eSpec(node, t.nodes[i].e2e_processing_latency)])];
       });
       nodeRows.push(h('tr', { 'class': 'total' }, td('Total'), live.num(fmt(t.depth), topic, '', '*', 'depth'),
         td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
         live.num(fmt(t.message_count), topic, '', '*', 'message_count'),
-        td(fmt((t.channels || []).length), true), live.rate(topic, '', '*'), gr.rate('topic', '*', topic, '')),
-        gr.row([null, ['topic', '*', topic, '', 'depth'], null, ['topic', '*', topic, '', 'message_count']]));
+        td(fmt((t.channels || []).length), true), NSQ.e2eCells(t.e2e_processing_latency, t.e2e_processing_latency),
+        live.rate(topic, '', '*'), gr.rate('topic', '*', topic, '')),
+        gr.row([null, ['topic', '*', topic, '', 'depth'], null, ['topic', '*', topic, '', 'message_count'], null,
+          gr.e2eSpec('*', t.e2e_processing_latency)]));
       var channels = t.channels || [];
       var chanRows = channels.map(function (c) {
         return h('tr', { 'data-channel': c.channel_name },
@@ -170,17 +173,22 @@
           live.num(fmt(c.requeue_count), topic, c.channel_name, '*', 'requeue_count'),
           live.num(fmt(c.timeout_count), topic, c.channel_name, '*', 'timeout_count'),
           live.num(fmt(c.message_count), topic, c.channel_name, '*', 'message_count'),
-          td(fmt(c.client_count), true), live.rate(topic, c.channel_name, '*'));
-      }).map(function (tr, i) { return [tr, channelGraphs(topic, channels[i].channel_name, '*')]; });
+          td(fmt(c.client_count), true), NSQ.e2eCells(c.e2e_processing_latency, t.e2e_processing_latency),
+          live.rate(topic, c.channel_name, '*'));
+      }).map(function (tr, i) {
+        return [tr, channelGraphs(topic, channels[i].channel_name, '*', channels[i].e2e_processing_latency)];
+      });
       return head.concat([
         warning(t),
         topicActions(t),
         h('h2', null, 'Topic Message Queue'),
-        table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels'])), nodeRows),
+        table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels']
+          .concat(NSQ.e2eHeaders(t.e2e_processing_latency)))), nodeRows),
         h('h2', null, 'Channel Message Queues'),
         channels.length
           ? table(live.rateHeader(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
-            '#Requeued', '#Timed Out', '#Messages', '#Connections']), chanRows)
+            '#Requeued', '#Timed Out', '#Messages', '#Connections'].concat(NSQ.e2eHeaders(t.e2e_processing_latency))),
+          chanRows)
           : alertBox('info', 'No channels exist for this topic. Messages will queue at the topic until a channel is created.')
       ]);
     }, function (err) {
@@ -191,10 +199,10 @@
   }
 
   // upstream's graph row under a channel: depth, in-flight, deferred, requeued, timed out, messages, clients
-  function channelGraphs(topic, channel, node) {
+  function channelGraphs(topic, channel, node, e2e) {
     var spec = function (metric) { return ['channel', node, topic, channel, metric]; };
     return gr.row([null, spec('depth'), null, spec('in_flight_count'), spec('deferred_count'),
-      spec('requeue_count'), spec('timeout_count'), spec('message_count'), spec('clients')]);
+      spec('requeue_count'), spec('timeout_count'), spec('message_count'), spec('clients'), gr.e2eSpec(node, e2e)]);
   }
 
   function channelActions(c) {
@@ -238,8 +246,11 @@
           live.num(fmt(n.requeue_count), topic, channel, n.node, 'requeue_count'),
           live.num(fmt(n.timeout_count), topic, channel, n.node, 'timeout_count'),
           live.num(fmt(n.message_count), topic, channel, n.node, 'message_count'),
-          td(fmt(n.client_count), true), live.rate(topic, channel, n.node), gr.rate('channel', n.node, topic, channel));
-      }).map(function (tr, i) { return [tr, channelGraphs(topic, channel, c.nodes[i].node)]; });
+          td(fmt(n.client_count), true), NSQ.e2eCells(n.e2e_processing_latency, c.e2e_processing_latency),
+          live.rate(topic, channel, n.node), gr.rate('channel', n.node, topic, channel));
+      }).map(function (tr, i) {
+        return [tr, channelGraphs(topic, channel, c.nodes[i].node, c.nodes[i].e2e_processing_latency)];
+      });
       rows.push(h('tr', { 'class': 'total' }, td('Total'), live.num(fmt(c.depth), topic, channel, '*', 'depth'),
         td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
         live.num(fmt(c.in_flight_count), topic, channel, '*', 'in_flight_count'),
@@ -247,8 +258,9 @@
         live.num(fmt(c.requeue_count), topic, channel, '*', 'requeue_count'),
         live.num(fmt(c.timeout_count), topic, channel, '*', 'timeout_count'),
         live.num(fmt(c.message_count), topic, channel, '*', 'message_count'),
-        td(fmt(c.client_count), true), live.rate(topic, channel, '*'), gr.rate('channel', '*', topic, channel)),
-        channelGraphs(topic, channel, '*'));
+        td(fmt(c.client_count), true), NSQ.e2eCells(c.e2e_processing_latency, c.e2e_processing_latency),
+        live.rate(topic, channel, '*'), gr.rate('channel', '*', topic, channel)),
+        channelGraphs(topic, channel, '*', c.e2e_processing_latency));
       var clients = c.clients || [];
       var clientRows = clients.map(function (cl) {
         return h('tr', { 'data-client': cl.client_id, title: cl.remote_address },
@@ -262,7 +274,7 @@
         where, title, warning(c), channelActions(c),
         h('h2', null, 'Channel Message Queue'),
         table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
-          '#Requeued', '#Timed Out', '#Messages', '#Connections'])), rows),
+          '#Requeued', '#Timed Out', '#Messages', '#Connections'].concat(NSQ.e2eHeaders(c.e2e_processing_latency)))), rows),
         h('h2', null, 'Client Connections'),
         clients.length
           ? table(['Client Host', 'User-Agent', 'Attributes', 'NSQd Host', '#In-Flight', '#Ready Count',

@@ -54,6 +54,15 @@
       if (metric === 'gc_runs') t = 'movingAverage(' + t + ',45)';
       return [formatKey(t, metric)];
     }
+    if (typ === 'e2e') {  // `topic` is the e2e_processing_latency document here
+      var e2e = topic;
+      return (e2e.percentiles || []).map(function (pc) {
+        var t = p + 'topic.' + e2e.topic + (e2e.channel ? '.channel.' + e2e.channel : '') + '.' + metric +
+          '_' + (pc.quantile * 100);
+        if (node === '*') t = 'averageSeries(' + t + ')';
+        return 'scale(' + formatKey(t, metric) + ',0.000001)';
+      });
+    }
     // counter: every channel of every topic on every node
     return ['sumSeries(' + formatKey(p + 'topic.*.channel.*.' + metric, metric) + ')'];
   }
@@ -138,6 +147,11 @@
     return select;
   }
 
+  // the graph row's e2e cell (appended after the other columns) when percentiles are configured
+  function e2eSpec(node, e2e) {
+    return e2e && e2e.percentiles && e2e.percentiles.length ? ['e2e', node, e2e, '', 'e2e_processing_latency'] : null;
+  }
+
   NSQ.graphite = { enabled: !!C.graphEnabled, active: active, spark: spark, rate: rate, header: header,
-    row: row, fillRates: fillRates, targets: targets, largeUrl: largeUrl, intervalMenu: intervalMenu };
+    row: row, e2eSpec: e2eSpec, fillRates: fillRates, targets: targets, largeUrl: largeUrl, intervalMenu: intervalMenu };
 })();

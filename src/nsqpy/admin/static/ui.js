@@ -164,10 +164,35 @@
     return out;
   }
 
+  // end-to-end processing latency columns, as upstream's: one per configured percentile, the
+  // average over nodes shown, min and max in the title
+  function pctLabel(q) {
+    var v = Math.floor(q * 100), d = v % 10;
+    return v + (d === 1 ? 'st' : d === 2 ? 'nd' : d === 3 ? 'rd' : 'th');
+  }
+
+  function e2ePercentiles(e2e) { return (e2e && e2e.percentiles) || []; }
+
+  function e2eHeaders(e2e) {
+    return e2ePercentiles(e2e).map(function (p) { return '#E2E ' + pctLabel(p.quantile); });
+  }
+
+  // cells for `e2e` in the columns of `columns` (the aggregate's percentiles)
+  function e2eCells(e2e, columns) {
+    var mine = e2ePercentiles(e2e);
+    return e2ePercentiles(columns).map(function (col) {
+      var p = mine.filter(function (x) { return x.quantile === col.quantile; })[0];
+      if (!p) return td('', true);
+      return h('td', { 'class': 'num e2e', title: pctLabel(p.quantile) + ': min = ' + nanotohuman(p.min) +
+        ', max = ' + nanotohuman(p.max) }, nanotohuman(p.average));
+    });
+  }
+
   window.NSQ = {
     CONFIG: CONFIG, BASE: BASE, h: h, append: append, url: url, link: link, fmt: fmt, enc: enc,
     badge: badge, alertBox: alertBox, warning: warning, sum: sum, duration: duration, table: table,
     td: td, crumbs: crumbs, ApiError: ApiError, api: api, mapLimit: mapLimit, noProducers: noProducers,
-    nanotohuman: nanotohuman, clientName: clientName, clientAttrs: clientAttrs, pages: {}
+    nanotohuman: nanotohuman, clientName: clientName, clientAttrs: clientAttrs, e2eHeaders: e2eHeaders,
+    e2eCells: e2eCells, pages: {}
   };
 })();
