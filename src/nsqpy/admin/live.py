@@ -14,6 +14,7 @@ series, and a series that has not been seen for a whole history is dropped.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterable
@@ -115,6 +116,14 @@ def series_doc(topic: str, channel: str, node: str, points: deque[Point]) -> dic
             doc[COUNTERS[name]] = rates
         doc[name] = [p[i] for _, p in points]
     return doc
+
+
+class QuietLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The sampler's cluster queries log at debug, not info: one ``CI: querying`` line per nsqd
+    every interval would drown the lines operators read (the pages' own queries stay at info)."""
+
+    def info(self, msg: object, *args: object, **kwargs: object) -> None:
+        self.debug(msg, *args, **kwargs)  # type: ignore[arg-type]
 
 
 class LiveSampler:

@@ -24,7 +24,7 @@ from ..lookupd.main import listen_socket
 from ..nsqd.stats import go_json
 from .clusterinfo import ClusterInfo
 from .http import HTTPServer
-from .live import LiveSampler
+from .live import LiveSampler, QuietLog
 from .options import Options, parse_options, validate
 
 #: notifications waiting to be sent; beyond this an admin action's notification is dropped
@@ -105,7 +105,7 @@ class NSQAdmin:
         self.notifier.start()
         ci = ClusterInfo(self.session, self.logger)
         if opts.live_interval > 0:
-            self.live = LiveSampler(self, ci)
+            self.live = LiveSampler(self, ClusterInfo(self.session, QuietLog(self.logger, {})))
             self.live.start()
         runner = web.AppRunner(HTTPServer(self, ci).make_app(), access_log=None,
                                handle_signals=False, shutdown_timeout=1.0)
