@@ -118,6 +118,12 @@ def test_live_api_serves_rates_from_real_nsqd(live_cluster):
         nodes = {s["node"] for s in doc["series"]}
         assert nodes == {"*"} | {n.http_address for n in cl.nodes}
         assert doc["interval"] == 1.0 and doc["message"] == ""
+        # the topics' own series only, and only the newest points
+        doc = request(f"{cl.admin.url}/api/live?topic={topic}&channel=&points=2").json()
+        assert {(s["channel"], s["node"]) for s in doc["series"]} == \
+            {("", "*")} | {("", n.http_address) for n in cl.nodes}
+        assert all(len(s["t"]) <= 2 and len(s["depth"]) == len(s["t"]) for s in doc["series"])
+        assert request(f"{cl.admin.url}/api/live?points=x").json() == {"message": "INVALID_ARG_POINTS"}
     finally:
         pub.stop()
 

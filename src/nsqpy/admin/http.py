@@ -32,9 +32,9 @@ from ..common.flags import format_duration
 from ..common.log import parse_level, set_level
 from ..nsqd.stats import go_json
 from ..protocol.names import is_valid_name
+from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
 from .graphite import Graphite
 from .live import live_api
-from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
 from .options import config_flags, config_value
 
 if TYPE_CHECKING:

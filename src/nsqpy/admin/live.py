@@ -89,15 +89,17 @@ class LiveHistory:
                 return (s[-1][0] - s[0][0]) / (len(s) - 1) or 1.0
         return 1.0
 
-    def query(self, topic: str = "", channel: str | None = None,
-              node: str = "") -> list[dict[str, Any]]:
+    def query(self, topic: str = "", channel: str | None = None, node: str = "",
+              last: int = 0) -> list[dict[str, Any]]:
         """Matching series as JSON-ready dicts, sorted; empty filters match everything, except
-        ``channel=""`` which selects the topics' own series."""
+        ``channel=""`` which selects the topics' own series; ``last`` keeps that many points."""
         out = []
         for (t, c, n), points in sorted(self.series.items()):
             if (topic and t != topic) or (channel is not None and c != channel) \
                     or (node and n != node):
                 continue
+            if 0 < last < len(points):
+                points = deque(list(points)[-last:])
             out.append(series_doc(t, c, n, points))
         return out
 
@@ -177,11 +179,15 @@ class LiveSampler:
 
 
 async def live_api(server: Any, request: Any, _: dict[str, str]) -> Any:
-    """``GET /api/live[?topic=&channel=&node=]``: ``{"interval", "series", "message"}``."""
-    from .http import v1_response
+    """``GET /api/live[?topic=&channel=&node=&points=]``: ``{"interval", "series", "message"}``."""
+    from .http import HTTPError, v1_response
 
     sampler: LiveSampler = server.admin.live
     q = request.query
-    series = sampler.history.query(q.get("topic", ""), q.get("channel"), q.get("node", ""))
+    try:
+        last = int(q.get("points", "0"))
+    except ValueError:
+        raise HTTPError(400, "INVALID_ARG_POINTS") from None
+    series = sampler.history.query(q.get("topic", ""), q.get("channel"), q.get("node", ""), last)
     message = f"WARNING: {sampler.last_error}" if sampler.last_error else ""
     return v1_response({"interval": sampler.interval, "series": series, "message": message})

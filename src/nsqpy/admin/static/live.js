@@ -81,16 +81,19 @@
 
   // the narrowest /api/live query that covers every marked cell of the page
   function query() {
-    var topics = {}, nodes = {};
+    var topics = {}, channels = {}, nodes = {};
     document.querySelectorAll('[data-live]').forEach(function (el) {
       var parts = el.getAttribute('data-live').split('\u0000');
       topics[parts[0]] = true;
+      channels[parts[1]] = true;
       nodes[parts[2]] = true;
     });
-    var q = [], t = Object.keys(topics), n = Object.keys(nodes);
+    // a sparkline is 120 px wide: more points than that would not be seen
+    var q = ['points=120'], t = Object.keys(topics), c = Object.keys(channels), n = Object.keys(nodes);
     if (t.length === 1) q.push('topic=' + NSQ.enc(t[0]));
+    if (c.length === 1) q.push('channel=' + NSQ.enc(c[0]));
     if (n.length === 1) q.push('node=' + NSQ.enc(n[0]));
-    return q.length ? '?' + q.join('&') : '';
+    return '?' + q.join('&');
   }
 
   function refresh() {
