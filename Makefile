@@ -9,7 +9,7 @@ SPARK_MIN := 4.0.*
 VENV_MIN := .venv-spark-min
 STAMP_MIN := $(VENV_MIN)/.installed
 
-.PHONY: run test bench clean setup browser
+.PHONY: run test bench clean setup browser graphite
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,17 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || echo "chromium not installed: the nsqadmin UI test will skip"; }
 
+# Graphite (Debian's carbon + graphite-web) and the npm statsd daemon for the nsqadmin graphite
+# test; installed when missing and we may (root); otherwise that test skips with its reason.
+graphite: tests/admin/graphite/node_modules/.installed
+	@[ -x /usr/bin/carbon-cache ] && /usr/bin/python3 -c 'import graphite.settings' 2>/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install \
+	    -y -qq graphite-carbon graphite-web >/dev/null) || echo "graphite not installed: the nsqadmin graphite test will skip"; }
+
+tests/admin/graphite/node_modules/.installed: tests/admin/graphite/package.json
+	cd tests/admin/graphite && npm install --no-audit --no-fund --silent
+	touch $@
+
 tests/js/node_modules/.installed: tests/js/package.json
 	cd tests/js && npm install --no-audit --no-fund --silent
 	touch $@
@@ -39,7 +50,7 @@ tests/js/node_modules/.installed: tests/js/package.json
 run: $(STAMP)
 	$(VENV)/bin/nsqpy-dev
 
-test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed browser
+test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed browser graphite
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
 	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py
@@ -48,4 +59,4 @@ bench: $(STAMP)
 	$(PY) bench/nsqd_bench.py
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) tests/js/node_modules
+	rm -rf $(VENV) $(VENV_MIN) tests/js/node_modules tests/admin/graphite/node_modules

@@ -6,37 +6,13 @@ Skipped, with the reason, only when one of the two is missing.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from admin.admin_util import nsqd_stats, start_cluster, wait_until
+from admin.browser_util import expect
 from helpers.servers import unique_name
 
 pytestmark = pytest.mark.timeout(60)
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-try:
-    from playwright.sync_api import expect, sync_playwright
-except ImportError:  # pragma: no cover - depends on the environment
-    sync_playwright = None
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if sync_playwright is None:
-        pytest.skip("the playwright Python package is not installed (pip install playwright)")
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +22,6 @@ def open_cluster(tmp_path_factory, browser):
     yield cl
     for proc in reversed(started):
         proc.stop()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = context.new_page()
-    pg.set_default_timeout(10_000)
-    errors: list[str] = []
-    pg.on("pageerror", lambda err: errors.append(str(err)))
-    yield pg
-    context.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
 
 
 def test_topics_page_then_pause_topic_and_channel(open_cluster, page, tmp_path):

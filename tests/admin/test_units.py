@@ -80,3 +80,30 @@ def test_semver_and_producer_addresses():
 def test_warn_message():
     assert warn_message([]) == ""
     assert warn_message(["x\ny", "z"]) == "WARNING: x\ny; z"
+
+
+def test_graphite_render_query_is_upstreams():
+    from nsqpy.admin.graphite import render_query
+
+    # Go's url.Values.Encode: keys sorted, query-escaped
+    assert render_query("sumSeries(a.b)", 60) == (
+        "format=json&from=-120sec&target=sumSeries%28a.b%29&until=-60sec")
+
+
+@pytest.mark.parametrize("doc, rate", [
+    ([{"target": "x", "datapoints": [[120.0, 1], [60.0, 2]]}], "2.00"),
+    ([{"target": "x", "datapoints": [[1, 1]]}], "0.02"),
+    ([{"target": "x", "datapoints": [[-1.0, 1]]}], "N/A"),
+])
+def test_graphite_rate_per_second(doc, rate):
+    from nsqpy.admin.graphite import rate_from_render
+
+    assert rate_from_render(doc, 60) == rate
+
+
+@pytest.mark.parametrize("doc", [[], [{"datapoints": []}], [{"datapoints": [[None, 1]]}], {}, None])
+def test_graphite_rate_where_upstream_panics(doc):
+    from nsqpy.admin.graphite import rate_from_render
+
+    with pytest.raises(ValueError):
+        rate_from_render(doc, 60)

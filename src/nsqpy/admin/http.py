@@ -14,6 +14,7 @@ requester is an admin (so it can hide the action buttons), as upstream's templat
 from __future__ import annotations
 
 import base64
+import functools
 import ipaddress
 import json
 import mimetypes
@@ -33,6 +34,8 @@ from ..common.log import parse_level, set_level
 from ..nsqd.stats import go_json
 from ..protocol.names import is_valid_name
 from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
+from .graphite import Graphite
+from .live import live_api
 from .options import config_flags, config_value
 
 if TYPE_CHECKING:
@@ -143,7 +146,12 @@ class HTTPServer:
         self.admin = admin
         self.logger = admin.logger
         self.ci = ci
+<<<<<<< HEAD
         self.router: Router[Handler] = Router()  # the shared httprouter (common/router.py)
+=======
+        self.router = Router()
+        self.graphite = Graphite(self)
+>>>>>>> wt-admin
         bp = self.bp
         r = self.router.add
         for page in ("/", "/topics", "/topics/:topic", "/topics/:topic/:channel", "/nodes",
@@ -163,6 +171,11 @@ class HTTPServer:
         r("DELETE", bp("/api/topics/:topic"), self.delete_topic)
         r("DELETE", bp("/api/topics/:topic/:channel"), self.delete_channel)
         r("GET", bp("/api/counter"), self.counter)
+        r("GET", bp("/api/graphite"), self.graphite.rate)
+        if self.opts.live_interval > 0:
+            r("GET", bp("/api/live"), functools.partial(live_api, self))
+        if self.opts.proxy_graphite:
+            r("GET", bp("/render"), self.graphite.render)
         r("GET", bp("/config/:opt"), self.config)
         r("PUT", bp("/config/:opt"), self.config)
 
@@ -261,7 +274,15 @@ class HTTPServer:
             "isAdmin": self.is_admin(request),
             "nsqlookupd": list(self.opts.lookupd_http_address),
             "nsqd": list(self.opts.nsqd_http_address),
-            "graphEnabled": False,
+            # upstream's template variables for its graphite graphs
+            "graphEnabled": bool(self.opts.graphite_url),
+            "graphiteUrl": "" if self.opts.proxy_graphite else self.opts.graphite_url,
+            "proxyGraphite": self.opts.proxy_graphite,
+            "statsdInterval": int(self.opts.statsd_interval),
+            "statsdCounterFormat": self.opts.statsd_counter_format,
+            "statsdGaugeFormat": self.opts.statsd_gauge_format,
+            "statsdPrefix": self.opts.statsd_prefix,
+            "liveInterval": self.opts.live_interval,
         }
         html = (page.decode("utf-8")
                 .replace("{{STATIC}}", self.bp("/static"))
@@ -362,9 +383,8 @@ class HTTPServer:
         self.partial(messages, stats.errors)
         agg = stats.value[1].get(channel)
         if agg is None:
-            # upstream dereferences a missing channel and its panic handler answers 500
-            self.logger.error("channel %s:%s not found on any producer", topic, channel)
-            raise HTTPError(500, "INTERNAL_ERROR")
+            # upstream embeds a nil *ChannelStats: Go's encoder leaves its fields out
+            return v1_response({"message": warn_message(messages)})
         if agg.clients:
             agg.clients = sort_clients_by_node_topology(agg.clients)
         return v1_response({**agg.to_json(), "message": warn_message(messages)})
@@ -571,4 +591,11 @@ class HTTPServer:
         flag = config_flags().get(opt)
         if flag is None:
             raise HTTPError(400, "INVALID_OPTION")
-        return v1_response(config_value(opts, flag))
+        value = config_value(opts, flag)
+        if isinstance(value, str):
+            # upstream's RespondV1 writes a string as is; Go sniffs text/plain unless empty
+            headers = dict(V1_HEADERS)
+            if value:
+                headers["Content-Type"] = "text/plain; charset=utf-8"
+            return web.Response(body=value.encode(), headers=headers)
+        return v1_response(value)

@@ -23,6 +23,7 @@ from ..common.log import make_logger
 from ..nsqd.stats import go_json
 from .clusterinfo import ClusterInfo
 from .http import HTTPServer
+from .live import LiveSampler, QuietLog
 from .options import Options, parse_options, validate
 
 #: notifications waiting to be sent; beyond this an admin action's notification is dropped
@@ -86,6 +87,7 @@ class NSQAdmin:
         self._sock: socket.socket | None = None
         self._runner: web.AppRunner | None = None
         self.session: aiohttp.ClientSession | None = None
+        self.live: LiveSampler | None = None
 
     async def start(self) -> None:
         opts = self.opts
@@ -101,6 +103,9 @@ class NSQAdmin:
         self.session = aiohttp.ClientSession(timeout=timeout)
         self.notifier.start()
         ci = ClusterInfo(self.session, self.logger)
+        if opts.live_interval > 0:
+            self.live = LiveSampler(self, ClusterInfo(self.session, QuietLog(self.logger, {})))
+            self.live.start()
         runner = web.AppRunner(HTTPServer(self, ci).make_app(), access_log=None,
                                handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
@@ -112,6 +117,8 @@ class NSQAdmin:
         if self._runner is not None:
             await self._runner.cleanup()
             self.logger.info("HTTP: closing %s", self.http_address)
+        if self.live is not None:
+            await self.live.close()
         await self.notifier.close(self.opts.http_client_request_timeout)
         if self.session is not None:
             await self.session.close()

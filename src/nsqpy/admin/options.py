@@ -1,8 +1,8 @@
 """nsqadmin's flags with upstream's names, defaults and config keys (reference §4.1).
 
-Graphite/statsd graphs and the HTTP client's TLS settings are not built: their flags are accepted
-(so existing command lines and config files parse) but setting one fails start-up with a clear
-message instead of being silently ignored.
+The HTTP client's TLS settings are not built: their flags are accepted (so existing command lines
+and config files parse) but setting one fails start-up with a clear message instead of being
+silently ignored.
 """
 
 from __future__ import annotations
@@ -23,21 +23,19 @@ def build_flagset() -> FlagSet:
         Flag("http-address", "0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients"),
         Flag("base-path", "/", "URL base path"),
         Flag("dev-static-dir", "", "(development use only)"),
-        Flag("graphite-url", "", "graphite HTTP address", implemented=False),
-        Flag("proxy-graphite", False, "proxy HTTP requests to graphite", kind="bool",
-             implemented=False),
+        Flag("graphite-url", "", "graphite HTTP address"),
+        Flag("proxy-graphite", False, "proxy HTTP requests to graphite", kind="bool"),
         Flag("statsd-counter-format", "stats.counters.%s.count",
              "The counter stats key formatting applied by the implementation of statsd. "
-             "If no formatting is desired, set this to an empty string.", implemented=False),
+             "If no formatting is desired, set this to an empty string."),
         Flag("statsd-gauge-format", "stats.gauges.%s",
              "The gauge stats key formatting applied by the implementation of statsd. "
-             "If no formatting is desired, set this to an empty string.", implemented=False),
+             "If no formatting is desired, set this to an empty string."),
         Flag("statsd-prefix", "nsq.%s",
-             "prefix used for keys sent to statsd (%s for host replacement, must match nsqd)",
-             implemented=False),
+             "prefix used for keys sent to statsd (%s for host replacement, must match nsqd)"),
         Flag("statsd-interval", 60.0,
              "time interval nsqd is configured to push to statsd (must match nsqd)",
-             kind="duration", implemented=False),
+             kind="duration"),
         Flag("notification-http-endpoint", "",
              "HTTP endpoint (fully qualified) to which POST notifications of admin actions "
              "will be sent"),
@@ -56,6 +54,11 @@ def build_flagset() -> FlagSet:
              "A CIDR from which to allow HTTP requests to the /config endpoint"),
         Flag("acl-http-header", "X-Forwarded-User",
              "HTTP header to check for authenticated admin users"),
+        Flag("live-interval", 0.0,
+             "sample every nsqd's /stats this often and show live rates and graphs without "
+             "graphite (nsqpy; 0 = off, as upstream)", kind="duration"),
+        Flag("live-history", 3600.0, "how much live history to keep in memory (nsqpy)",
+             kind="duration"),
         Flag("lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)",
              kind="list", cfg="nsqlookupd_http_addresses"),
         Flag("nsqd-http-address", [], "nsqd HTTP address (may be given multiple times)",
@@ -93,6 +96,8 @@ class Options:
     http_client_tls_key: str
     allow_config_from_cidr: str
     acl_http_header: str
+    live_interval: float
+    live_history: float
     lookupd_http_address: list[str] = field(default_factory=list)
     nsqd_http_address: list[str] = field(default_factory=list)
     admin_user: list[str] = field(default_factory=list)
@@ -139,6 +144,8 @@ def validate(opts: Options) -> None:
         except ValueError as err:
             raise ValueError(f"failed to parse --allow-config-from-cidr "
                              f"({opts.allow_config_from_cidr}) - {err}") from None
+    if opts.live_interval < 0 or (opts.live_interval and opts.live_history < opts.live_interval):
+        raise ValueError("--live-interval must be >= 0 and not above --live-history")
     opts.base_path = normalize_base_path(opts.base_path)
 
 

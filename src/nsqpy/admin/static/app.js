@@ -14,122 +14,16 @@
 (function () {
   'use strict';
 
-  var CONFIG = JSON.parse(document.getElementById('nsqadmin-config').textContent);
-  var BASE = CONFIG.basePath === '/' ? '' : CONFIG.basePath;
+  var NSQ = window.NSQ, CONFIG = NSQ.CONFIG, BASE = NSQ.BASE;
+  var h = NSQ.h, append = NSQ.append, url = NSQ.url, link = NSQ.link, fmt = NSQ.fmt, enc = NSQ.enc;
+  var badge = NSQ.badge, alertBox = NSQ.alertBox, warning = NSQ.warning, sum = NSQ.sum;
+  var table = NSQ.table, td = NSQ.td, crumbs = NSQ.crumbs, api = NSQ.api, mapLimit = NSQ.mapLimit;
+  var noProducers = NSQ.noProducers, live = NSQ.live, gr = NSQ.graphite;
   var app = document.getElementById('app');
   var flashBox = document.getElementById('flash');
   var pendingFlash = null;
   var renderSeq = 0;
   var timers = [];
-
-  // --- helpers -------------------------------------------------------------------------------
-
-  function h(tag, attrs) {
-    var el = document.createElement(tag);
-    if (attrs) {
-      Object.keys(attrs).forEach(function (k) {
-        var v = attrs[k];
-        if (v === null || v === undefined || v === false) return;
-        if (k === 'onclick' || k === 'onsubmit') el[k] = v;
-        else el.setAttribute(k, v === true ? '' : v);
-      });
-    }
-    for (var i = 2; i < arguments.length; i++) append(el, arguments[i]);
-    return el;
-  }
-
-  function append(el, child) {
-    if (child === null || child === undefined || child === false) return;
-    if (Array.isArray(child)) { child.forEach(function (c) { append(el, c); }); return; }
-    el.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-
-  function url(path) { return BASE + path; }
-
-  function link(path, text) {
-    return h('a', { href: url(path), 'data-link': true, 'data-path': path }, text);
-  }
-
-  function fmt(n) { return n === null || n === undefined ? '' : Number(n).toLocaleString('en-US'); }
-
-  function enc(s) { return encodeURIComponent(s); }
-
-  function badge(text, kind) { return h('span', { 'class': 'badge ' + (kind || '') }, text); }
-
-  function alertBox(kind, text) { return h('div', { 'class': 'alert ' + kind, role: 'alert' }, text); }
-
-  function warning(data) { return data && data.message ? alertBox('warning', data.message) : null; }
-
-  function sum(list, key) {
-    return (list || []).reduce(function (acc, x) { return acc + (x[key] || 0); }, 0);
-  }
-
-  function duration(ns) {
-    var s = Math.max(0, Math.floor(ns / 1e9));
-    var d = Math.floor(s / 86400), hh = Math.floor(s % 86400 / 3600);
-    var m = Math.floor(s % 3600 / 60), sec = s % 60;
-    if (d) return d + 'd ' + hh + 'h';
-    if (hh) return hh + 'h ' + m + 'm';
-    if (m) return m + 'm ' + sec + 's';
-    return sec + 's';
-  }
-
-  function table(headers, rows) {
-    return h('table', { 'class': 'data' },
-      h('thead', null, h('tr', null, headers.map(function (hd) {
-        var num = hd.charAt(0) === '#';
-        return h('th', num ? { 'class': 'num' } : null, num ? hd.slice(1) : hd);
-      }))),
-      h('tbody', null, rows));
-  }
-
-  function td(value, num) { return h('td', num ? { 'class': 'num' } : null, value); }
-
-  function crumbs() {
-    var parts = [];
-    for (var i = 0; i < arguments.length; i++) {
-      if (i) parts.push(h('span', { 'class': 'sep' }, '/'));
-      parts.push(arguments[i]);
-    }
-    return h('div', { 'class': 'breadcrumb' }, parts);
-  }
-
-  // --- API -----------------------------------------------------------------------------------
-
-  function ApiError(status, message) { this.status = status; this.message = message; }
-
-  function api(method, path, body) {
-    var init = { method: method, headers: { Accept: 'application/json' } };
-    if (body !== undefined) {
-      init.body = JSON.stringify(body);
-      init.headers['Content-Type'] = 'application/json';
-    }
-    return fetch(url('/api' + path), init).then(function (resp) {
-      return resp.text().then(function (text) {
-        var data = {};
-        try { data = text ? JSON.parse(text) : {}; } catch (e) { data = { message: text }; }
-        if (!resp.ok) throw new ApiError(resp.status, data.message || resp.statusText);
-        return data;
-      });
-    });
-  }
-
-  // run fn over items with at most `limit` requests in flight
-  function mapLimit(items, limit, fn) {
-    var results = new Array(items.length), next = 0;
-    function worker() {
-      if (next >= items.length) return Promise.resolve();
-      var i = next++;
-      return fn(items[i]).then(function (r) { results[i] = r; return worker(); });
-    }
-    var workers = [];
-    for (var k = 0; k < Math.min(limit, items.length); k++) workers.push(worker());
-    return Promise.all(workers).then(function () { return results; });
-  }
-
-  function noProducers(err) {
-    return err instanceof ApiError && /failed to query any nsqd/i.test(err.message);
-  }
 
   // --- confirm dialog and actions --------------------------------------------------------------
 
@@ -175,6 +69,9 @@
     }, label);
   }
 
+  NSQ.runAction = runAction;
+  NSQ.actionButton = actionButton;
+
   // --- pages ---------------------------------------------------------------------------------
 
   function topicsPage() {
@@ -188,22 +85,27 @@
           if (t.error) {
             var note = noProducers(t.error) ? badge('no producers', 'muted') : badge(t.error.message, 'danger');
             return h('tr', null, h('td', null, link('/topics/' + enc(name), name), note),
-              td(''), td(''), td(''), td(''), td(''), td(''));
+              td(''), td(''), td(''), td(''), td(''), td(''), live.enabled ? td('') : null,
+              gr.active ? [td(''), td(''), td('')] : null);
           }
           return h('tr', { 'data-topic': name },
             h('td', null, link('/topics/' + enc(name), name), t.paused ? badge('paused', 'paused') : null),
-            td(fmt(t.depth), true),
+            live.num(fmt(t.depth), name, '', '*', 'depth'),
             td(fmt(sum(t.channels, 'depth')), true),
-            td(fmt(sum(t.channels, 'in_flight_count')), true),
-            td(fmt(t.message_count), true),
+            live.num(fmt(sum(t.channels, 'in_flight_count')), name, '', '*', 'in_flight_count'),
+            live.num(fmt(t.message_count), name, '', '*', 'message_count'),
             td(fmt((t.channels || []).length), true),
-            td(fmt((t.nodes || []).length), true));
+            td(fmt((t.nodes || []).length), true),
+            live.rate(name, '', '*'),
+            gr.active ? h('td', null, gr.spark('topic', '', name, '', 'depth')) : null,
+            gr.active ? h('td', null, gr.spark('topic', '', name, '', 'message_count')) : null,
+            gr.rate('topic', '*', name, ''));
         });
         return [
           h('h1', null, 'Topics'),
           warning(data),
-          names.length ? table(['Topic', '#Topic Depth', '#Channel Depth', '#In-Flight', '#Messages',
-            '#Channels', '#Nodes'], rows)
+          names.length ? table(gr.header(live.rateHeader(['Topic', '#Topic Depth', '#Channel Depth', '#In-Flight',
+            '#Messages', '#Channels', '#Nodes']).concat(gr.active ? ['Depth', 'Messages'] : [])), rows)
             : alertBox('info', 'No topics yet. Topics appear once a producer publishes to nsqd.')
         ];
       });
@@ -242,34 +144,51 @@
             }, '✘') : null,
             link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
             n.paused ? badge('paused', 'paused') : null),
-          td(fmt(n.depth), true),
+          live.num(fmt(n.depth), topic, '', n.node, 'depth'),
           td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
-          td(fmt(n.message_count), true),
-          td(fmt((n.channels || []).length), true));
+          live.num(fmt(n.message_count), topic, '', n.node, 'message_count'),
+          td(fmt((n.channels || []).length), true), NSQ.e2eCells(n.e2e_processing_latency, t.e2e_processing_latency),
+          live.rate(topic, '', n.node), gr.rate('topic', n.node, topic, ''));
+      }).map(function (tr, i) {
+        var node = t.nodes[i].node;
+        return [tr, gr.row([null, ['topic', node, topic, '', 'depth'], null, ['topic', node, topic, '', 'message_count'],
+          null, gr.e2eSpec(node, t.nodes[i].e2e_processing_latency)])];
       });
-      nodeRows.push(h('tr', { 'class': 'total' }, td('Total'), td(fmt(t.depth), true),
-        td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true), td(fmt(t.message_count), true),
-        td(fmt((t.channels || []).length), true)));
+      nodeRows.push(h('tr', { 'class': 'total' }, td('Total'), live.num(fmt(t.depth), topic, '', '*', 'depth'),
+        td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
+        live.num(fmt(t.message_count), topic, '', '*', 'message_count'),
+        td(fmt((t.channels || []).length), true), NSQ.e2eCells(t.e2e_processing_latency, t.e2e_processing_latency),
+        live.rate(topic, '', '*'), gr.rate('topic', '*', topic, '')),
+        gr.row([null, ['topic', '*', topic, '', 'depth'], null, ['topic', '*', topic, '', 'message_count'], null,
+          gr.e2eSpec('*', t.e2e_processing_latency)]));
       var channels = t.channels || [];
       var chanRows = channels.map(function (c) {
         return h('tr', { 'data-channel': c.channel_name },
           h('td', null, link('/topics/' + enc(topic) + '/' + enc(c.channel_name), c.channel_name),
             c.paused ? badge('paused', 'paused') : null),
-          td(fmt(c.depth), true),
+          live.num(fmt(c.depth), topic, c.channel_name, '*', 'depth'),
           td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
-          td(fmt(c.in_flight_count), true), td(fmt(c.deferred_count), true),
-          td(fmt(c.requeue_count), true), td(fmt(c.timeout_count), true),
-          td(fmt(c.message_count), true), td(fmt(c.client_count), true));
+          live.num(fmt(c.in_flight_count), topic, c.channel_name, '*', 'in_flight_count'),
+          live.num(fmt(c.deferred_count), topic, c.channel_name, '*', 'deferred_count'),
+          live.num(fmt(c.requeue_count), topic, c.channel_name, '*', 'requeue_count'),
+          live.num(fmt(c.timeout_count), topic, c.channel_name, '*', 'timeout_count'),
+          live.num(fmt(c.message_count), topic, c.channel_name, '*', 'message_count'),
+          td(fmt(c.client_count), true), NSQ.e2eCells(c.e2e_processing_latency, t.e2e_processing_latency),
+          live.rate(topic, c.channel_name, '*'));
+      }).map(function (tr, i) {
+        return [tr, channelGraphs(topic, channels[i].channel_name, '*', channels[i].e2e_processing_latency)];
       });
       return head.concat([
         warning(t),
         topicActions(t),
         h('h2', null, 'Topic Message Queue'),
-        table(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels'], nodeRows),
+        table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels']
+          .concat(NSQ.e2eHeaders(t.e2e_processing_latency)))), nodeRows),
         h('h2', null, 'Channel Message Queues'),
         channels.length
-          ? table(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred', '#Requeued',
-            '#Timed Out', '#Messages', '#Connections'], chanRows)
+          ? table(live.rateHeader(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
+            '#Requeued', '#Timed Out', '#Messages', '#Connections'].concat(NSQ.e2eHeaders(t.e2e_processing_latency))),
+          chanRows)
           : alertBox('info', 'No channels exist for this topic. Messages will queue at the topic until a channel is created.')
       ]);
     }, function (err) {
@@ -277,6 +196,13 @@
       return head.concat([alertBox('warning', 'No producers exist for this topic. '),
         h('p', null, 'See ', link('/lookup', 'Lookup'), ' for topics known to nsqlookupd without producers.')]);
     });
+  }
+
+  // upstream's graph row under a channel: depth, in-flight, deferred, requeued, timed out, messages, clients
+  function channelGraphs(topic, channel, node, e2e) {
+    var spec = function (metric) { return ['channel', node, topic, channel, metric]; };
+    return gr.row([null, spec('depth'), null, spec('in_flight_count'), spec('deferred_count'),
+      spec('requeue_count'), spec('timeout_count'), spec('message_count'), spec('clients'), gr.e2eSpec(node, e2e)]);
   }
 
   function channelActions(c) {
@@ -301,109 +227,59 @@
     return api('GET', '/topics/' + enc(topic) + '/' + enc(channel)).then(function (c) {
       var title = h('h1', null, h('span', { 'class': 'kind' }, 'Channel: '), topic + ' / ' + channel,
         c.paused ? badge('paused', 'paused') : null);
+      var where = crumbs(link('/', 'Streams'), link('/topics/' + enc(topic), topic), channel);
+      if (!(c.nodes || []).length) {
+        // upstream answers {"message": ""} for a channel no nsqd has: its notice, no actions
+        return [where, title, warning(c),
+          h('div', { 'class': 'alert warning', role: 'alert', id: 'no-producers' },
+            h('strong', null, 'Notice'), ' No producers exist for this topic/channel. ',
+            'See ', link('/lookup', 'Lookup'), ' for more information.')];
+      }
       var rows = (c.nodes || []).map(function (n) {
         return h('tr', { 'data-node': n.node },
           h('td', null, link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
             n.paused ? badge('paused', 'paused') : null),
-          td(fmt(n.depth), true), td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
-          td(fmt(n.in_flight_count), true), td(fmt(n.deferred_count), true),
-          td(fmt(n.requeue_count), true), td(fmt(n.timeout_count), true),
-          td(fmt(n.message_count), true), td(fmt(n.client_count), true));
+          live.num(fmt(n.depth), topic, channel, n.node, 'depth'),
+          td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
+          live.num(fmt(n.in_flight_count), topic, channel, n.node, 'in_flight_count'),
+          live.num(fmt(n.deferred_count), topic, channel, n.node, 'deferred_count'),
+          live.num(fmt(n.requeue_count), topic, channel, n.node, 'requeue_count'),
+          live.num(fmt(n.timeout_count), topic, channel, n.node, 'timeout_count'),
+          live.num(fmt(n.message_count), topic, channel, n.node, 'message_count'),
+          td(fmt(n.client_count), true), NSQ.e2eCells(n.e2e_processing_latency, c.e2e_processing_latency),
+          live.rate(topic, channel, n.node), gr.rate('channel', n.node, topic, channel));
+      }).map(function (tr, i) {
+        return [tr, channelGraphs(topic, channel, c.nodes[i].node, c.nodes[i].e2e_processing_latency)];
       });
-      rows.push(h('tr', { 'class': 'total' }, td('Total'), td(fmt(c.depth), true),
+      rows.push(h('tr', { 'class': 'total' }, td('Total'), live.num(fmt(c.depth), topic, channel, '*', 'depth'),
         td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
-        td(fmt(c.in_flight_count), true), td(fmt(c.deferred_count), true),
-        td(fmt(c.requeue_count), true), td(fmt(c.timeout_count), true),
-        td(fmt(c.message_count), true), td(fmt(c.client_count), true)));
+        live.num(fmt(c.in_flight_count), topic, channel, '*', 'in_flight_count'),
+        live.num(fmt(c.deferred_count), topic, channel, '*', 'deferred_count'),
+        live.num(fmt(c.requeue_count), topic, channel, '*', 'requeue_count'),
+        live.num(fmt(c.timeout_count), topic, channel, '*', 'timeout_count'),
+        live.num(fmt(c.message_count), topic, channel, '*', 'message_count'),
+        td(fmt(c.client_count), true), NSQ.e2eCells(c.e2e_processing_latency, c.e2e_processing_latency),
+        live.rate(topic, channel, '*'), gr.rate('channel', '*', topic, channel)),
+        channelGraphs(topic, channel, '*', c.e2e_processing_latency));
       var clients = c.clients || [];
       var clientRows = clients.map(function (cl) {
-        var attrs = [];
-        if (cl.tls) attrs.push(badge('TLS ' + (cl.tls_version || ''), 'warn'));
-        if (cl.deflate) attrs.push(badge('deflate'));
-        if (cl.snappy) attrs.push(badge('snappy'));
-        if (cl.sample_rate > 0) attrs.push(badge('sampled ' + cl.sample_rate + '%'));
-        if (cl.authed) attrs.push(badge('authed' + (cl.auth_identity ? ': ' + cl.auth_identity : '')));
-        if (cl.topology_zone) attrs.push(badge('zone ' + cl.topology_zone));
-        return h('tr', null,
-          td(cl.hostname + ' (' + cl.remote_address + ')'), td(cl.user_agent || cl.version),
-          h('td', null, attrs), td(link('/nodes/' + enc(cl.node), cl.node)),
+        return h('tr', { 'data-client': cl.client_id, title: cl.remote_address },
+          td(NSQ.clientName(cl, true)), h('td', null, cl.user_agent ? h('small', null, cl.user_agent) : null),
+          h('td', null, NSQ.clientAttrs(cl)), td(link('/nodes/' + enc(cl.node), cl.node)),
           td(fmt(cl.in_flight_count), true), td(fmt(cl.ready_count), true),
           td(fmt(cl.finish_count), true), td(fmt(cl.requeue_count), true),
-          td(fmt(cl.message_count), true), td(duration(cl.connected), true));
+          td(fmt(cl.message_count), true), td(NSQ.nanotohuman(cl.connected), true));
       });
       return [
-        crumbs(link('/', 'Streams'), link('/topics/' + enc(topic), topic), channel),
-        title, warning(c), channelActions(c),
+        where, title, warning(c), channelActions(c),
         h('h2', null, 'Channel Message Queue'),
-        table(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred', '#Requeued',
-          '#Timed Out', '#Messages', '#Connections'], rows),
+        table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
+          '#Requeued', '#Timed Out', '#Messages', '#Connections'].concat(NSQ.e2eHeaders(c.e2e_processing_latency)))), rows),
         h('h2', null, 'Client Connections'),
         clients.length
           ? table(['Client Host', 'User-Agent', 'Attributes', 'NSQd Host', '#In-Flight', '#Ready Count',
             '#Finished', '#Requeued', '#Messages', '#Connected'], clientRows)
           : alertBox('info', 'No clients are connected to this channel.')
-      ];
-    });
-  }
-
-  function nodeAddress(n) {
-    var host = n.broadcast_address.indexOf(':') >= 0 ? '[' + n.broadcast_address + ']' : n.broadcast_address;
-    return host + ':' + n.http_port;
-  }
-
-  function nodesPage() {
-    return api('GET', '/nodes').then(function (data) {
-      var nodes = data.nodes || [];
-      var lookupds = CONFIG.nsqlookupd.length;
-      var rows = nodes.map(function (n) {
-        var addr = nodeAddress(n);
-        var conns = n.remote_addresses || [];
-        var topics = (n.topics || []).map(function (t) {
-          return [link('/topics/' + enc(t.topic), t.topic), t.tombstoned ? badge('tombstoned', 'danger') : null, ' '];
-        });
-        return h('tr', { 'data-node': addr },
-          h('td', null, link('/nodes/' + enc(addr), n.hostname)),
-          td(n.broadcast_address), td(n.tcp_port, true), td(n.http_port, true),
-          h('td', null, n.version, n.out_of_date ? badge('out of date', 'warn') : null),
-          lookupds ? h('td', { 'class': 'num' }, conns.length,
-            conns.length !== lookupds ? badge('inconsistent', 'warn') : null) : null,
-          h('td', { 'class': 'wrap' }, topics));
-      });
-      var headers = ['Hostname', 'Broadcast Address', '#TCP Port', '#HTTP Port', 'Version'];
-      if (lookupds) headers.push('#Lookupd Conns');
-      headers.push('Topics');
-      return [h('h1', null, 'NSQd Nodes (' + nodes.length + ')'), warning(data),
-        nodes.length ? table(headers, rows) : alertBox('info', 'No nsqd nodes are registered.')];
-    });
-  }
-
-  function nodePage(node) {
-    return api('GET', '/nodes/' + enc(node)).then(function (data) {
-      var topics = data.topics || [];
-      var rows = [];
-      topics.forEach(function (t) {
-        rows.push(h('tr', { 'data-topic': t.topic_name },
-          h('td', null, link('/topics/' + enc(t.topic_name), t.topic_name), t.paused ? badge('paused', 'paused') : null),
-          td(fmt(t.depth), true), td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
-          td(''), td(fmt(t.message_count), true), td(''), td(fmt((t.channels || []).length) + ' channels')));
-        (t.channels || []).forEach(function (c) {
-          rows.push(h('tr', { 'class': 'sub' },
-            h('td', null, link('/topics/' + enc(t.topic_name) + '/' + enc(c.channel_name), c.channel_name),
-              c.paused ? badge('paused', 'paused') : null),
-            td(fmt(c.depth), true), td(fmt(c.memory_depth) + ' + ' + fmt(c.backend_depth), true),
-            td(fmt(c.in_flight_count), true), td(fmt(c.message_count), true),
-            td(fmt((c.clients || []).length), true), td('')));
-        });
-      });
-      return [
-        crumbs(link('/nodes', 'Nodes'), node),
-        h('h1', null, h('span', { 'class': 'kind' }, 'Node: '), node), warning(data),
-        h('div', { 'class': 'summary' },
-          h('div', null, h('strong', null, fmt(topics.length)), 'topics'),
-          h('div', null, h('strong', null, fmt(data.total_messages)), 'messages'),
-          h('div', null, h('strong', null, fmt(data.total_clients)), 'clients')),
-        topics.length ? table(['Topic / Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Messages',
-          '#Clients', ''], rows) : alertBox('info', 'This node has no topics.')
       ];
     });
   }
@@ -462,7 +338,10 @@
     var value = h('div', { 'class': 'value' }, '…');
     var rate = h('div', { 'class': 'label' }, '');
     var last = null;
+    var big = gr.active ? h('img', { id: 'big_graph', 'class': 'graphite', width: 800, alt: 'messages per second',
+      src: gr.largeUrl('counter', '*', '', '', 'message_count') }) : null;
     function tick() {
+      if (big) big.src = gr.largeUrl('counter', '*', '', '', 'message_count') + '&_uniq=' + Date.now();
       return api('GET', '/counter').then(function (data) {
         var total = 0;
         Object.keys(data.stats || {}).forEach(function (k) { total += data.stats[k].message_count; });
@@ -475,7 +354,8 @@
     return tick().then(function () {
       timers.push(setInterval(tick, 3000));
       return [h('div', { 'class': 'counter' }, value,
-        h('div', { 'class': 'label' }, 'messages processed (sum over channels)'), rate)];
+        h('div', { 'class': 'label' }, 'messages processed (sum over channels)'), rate,
+        live.enabled ? live.cell('', '*', '', '*', 'rate', 'div') : null, big)];
     });
   }
 
@@ -485,8 +365,8 @@
     [/^\/(?:topics\/?)?$/, topicsPage, 'topics'],
     [/^\/topics\/([^/]+)$/, topicPage, 'topics'],
     [/^\/topics\/([^/]+)\/([^/]+)$/, channelPage, 'topics'],
-    [/^\/nodes\/?$/, nodesPage, 'nodes'],
-    [/^\/nodes\/([^/]+)$/, nodePage, 'nodes'],
+    [/^\/nodes\/?$/, NSQ.pages.nodes, 'nodes'],
+    [/^\/nodes\/([^/]+)$/, NSQ.pages.node, 'nodes'],
     [/^\/lookup$/, lookupPage, 'lookup'],
     [/^\/counter$/, counterPage, 'counter']
   ];
@@ -530,6 +410,8 @@
       if (seq !== renderSeq) return;
       app.replaceChildren();
       append(app, nodes);
+      live.start(function (id) { timers.push(id); });
+      gr.fillRates();
       document.title = 'nsqadmin - ' + (args.join(' / ') || route[2]);
     }, function (err) {
       if (seq !== renderSeq) return;
@@ -549,5 +431,6 @@
     a.setAttribute('href', url(a.getAttribute('data-path')));
   });
   document.getElementById('version').textContent = 'v' + CONFIG.version;
+  append(document.querySelector('.topbar nav'), gr.intervalMenu());
   render();
 })();
