@@ -26,14 +26,19 @@ tests/js/node_modules/.installed: tests/js/package.json
 	cd tests/js && npm install --no-audit --no-fund --silent
 	touch $@
 
+# Etsy's statsd daemon, fed by nsqd's --statsd-address in tests/nsqd/test_statsd_daemon.py
+tests/statsd_daemon/node_modules/.installed: tests/statsd_daemon/package.json
+	cd tests/statsd_daemon && npm install --no-audit --no-fund --silent
+	touch $@
+
 run: $(STAMP)
 	$(VENV)/bin/nsqpy-dev
 
-test: $(STAMP) tests/js/node_modules/.installed browser
+test: $(STAMP) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
 	$(PY) bench/nsqd_bench.py
 
 clean:
-	rm -rf $(VENV) tests/js/node_modules
+	rm -rf $(VENV) tests/js/node_modules tests/statsd_daemon/node_modules
