@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean setup browser
+.PHONY: run test bench clean setup browser prometheus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || echo "chromium not installed: the nsqadmin UI test will skip"; }
 
+# Debian's Prometheus server and promtool for the /metrics tests (tests/metrics); like chromium.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) \
+	  || echo "prometheus not installed: the Prometheus server tests will skip"; }
+
 tests/js/node_modules/.installed: tests/js/package.json
 	cd tests/js && npm install --no-audit --no-fund --silent
 	touch $@
@@ -34,7 +40,7 @@ tests/statsd_daemon/node_modules/.installed: tests/statsd_daemon/package.json
 run: $(STAMP)
 	$(VENV)/bin/nsqpy-dev
 
-test: $(STAMP) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser
+test: $(STAMP) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser prometheus
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

@@ -32,6 +32,7 @@ from ..common.log import parse_level, set_level
 from ..nsqd.stats import go_json
 from ..protocol.names import is_valid_name
 from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
+from .metrics import register as register_metrics
 from .options import config_flags, config_value
 
 if TYPE_CHECKING:
@@ -190,6 +191,7 @@ class HTTPServer:
         r("GET", bp("/api/counter"), self.counter)
         r("GET", bp("/config/:opt"), self.config)
         r("PUT", bp("/config/:opt"), self.config)
+        register_metrics(self)
         self.methods = {m for m, _, _ in self.router.routes}
 
     @property

@@ -50,6 +50,7 @@ from ..common.log import NSQ_LEVEL_NUMBERS, set_level
 from ..protocol.commands import go_quote
 from ..protocol.names import is_valid_name
 from . import stats as nsq_stats
+from .metrics import routes as metrics_routes
 from .options import _TLS_VERSIONS, config_key_map
 
 if TYPE_CHECKING:
@@ -382,6 +383,7 @@ class HttpApi:
             R("PUT", "/config/:opt", self.config),
             R("PUT", "/debug/setblockrate", self.set_block_rate),
             R("POST", "/debug/freememory", self.free_memory),
+            *metrics_routes(self.nsqd, R),
         ])
 
     # --- plumbing ------------------------------------------------------------------------------

@@ -102,6 +102,8 @@ def build_flagset() -> FlagSet:
         F("deflate", True, "enable deflate feature negotiation (client compression)", kind="bool"),
         F("max-deflate-level", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)", kind="int"),
         F("snappy", True, "enable snappy feature negotiation (client compression)", kind="bool"),
+        F("metrics", True, "serve Prometheus metrics at GET /metrics on the HTTP(S) listeners "
+          "(nsqpy addition; --metrics=false to turn off)", kind="bool"),
         F("enable-experiment", [], "enable experimental feature (may be given multiple times)", kind="list",
           implemented=False),
     )
