@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.request
 
@@ -15,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.daemons_cluster import Cluster
-from helpers.nsqd_http import http, stats
+from helpers.nsqd_http import http, stats, wait_for
 from helpers.servers import unique_name
 from helpers.wire import Wire
 
@@ -47,16 +46,6 @@ def cluster(tmp_path):
     c.stop()
 
 
-def _wait(pred, what: str, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def test_values_match_stats_on_every_daemon(cluster):
     topic = unique_name("pm")
     n0, n1 = cluster.nodes
@@ -76,7 +65,7 @@ def test_values_match_stats_on_every_daemon(cluster):
         sub.cmd(b"RDY", "0")
         sub.cmd(b"FIN", msgs[0].id)
         sub.cmd(b"REQ", msgs[1].id, "0")
-        _wait(lambda: stats(n0)["topics"][0]["channels"][0]["requeue_count"] == 1, "REQ seen")
+        wait_for(lambda: stats(n0)["topics"][0]["channels"][0]["requeue_count"] == 1, "REQ seen")
 
         # nsqd: every /stats figure of every topic and channel, and the consumer's
         _, m = scrape(n0)
@@ -146,7 +135,7 @@ def test_values_match_stats_on_every_daemon(cluster):
 
     # churn: one nsqd leaves, lookupd counts its unregistrations, nsqadmin sees one node
     n1.stop()
-    _, lm = _wait(lambda: (r := scrape(cluster.lookupd))[1]["nsqlookupd_producers"][()] == 1
+    _, lm = wait_for(lambda: (r := scrape(cluster.lookupd))[1]["nsqlookupd_producers"][()] == 1
                   and r, "lookupd saw the node leave")
     assert sample(lm, "nsqlookupd_registrations_total", category="client", action="unregister") == 1
     assert sample(lm, "nsqlookupd_registrations_total", category="topic", action="unregister") == 1

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from helpers.daemons_cluster import Cluster
-from helpers.nsqd_http import http
+from helpers.nsqd_http import http, wait_for
 from helpers.servers import free_port, unique_name
 
 PROMETHEUS = shutil.which("prometheus")
@@ -84,16 +84,6 @@ class PrometheusServer:
         self._log.close()
 
 
-def wait_for(pred, what: str, timeout: float = 40.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: last answer {got!r}"
-        time.sleep(0.5)
-
-
 def test_prometheus_scrapes_all_three_daemons(tmp_path):
     cluster = Cluster(tmp_path / "cluster")
     prom = None
@@ -113,12 +103,12 @@ def test_prometheus_scrapes_all_three_daemons(tmp_path):
         def all_up():
             targets = prom.api("targets")["activeTargets"]
             return len(targets) == 4 and all(t["health"] == "up" for t in targets) and targets
-        targets = wait_for(all_up, "every target scraped and up")
+        targets = wait_for(all_up, "every target scraped and up", 40, 0.5)
         assert {t["labels"]["job"] for t in targets} == {"nsqd", "nsqlookupd", "nsqadmin"}
 
         sel = f'topic="{topic}"'
         per_node = wait_for(lambda: (r := prom.query(f"nsqd_topic_messages_total{{{sel}}}"))
-                            and len(r) == 2 and r, "nsqd series")
+                            and len(r) == 2 and r, "nsqd series", 40, 0.5)
         assert sorted(per_node.values()) == [3.0, 4.0]
         assert {dict(k)["instance"] for k in per_node} == {n0.http_address, n1.http_address}
         total = prom.query(f"sum(nsqd_channel_depth{{{sel},channel=\"ch\"}})")
@@ -133,7 +123,7 @@ def test_prometheus_scrapes_all_three_daemons(tmp_path):
         for i in range(20):
             http(n0, "POST", f"/pub?topic={topic}", b"more")
         wait_for(lambda: list(prom.query(f"sum(nsqd_topic_messages_total{{{sel}}})").values())
-                 == [27.0], "the new messages scraped")
+                 == [27.0], "the new messages scraped", 40, 0.5)
         rate = prom.query(f"sum(rate(nsqd_topic_messages_total{{{sel}}}[1m]))")
         assert list(rate.values())[0] > 0
     finally:
