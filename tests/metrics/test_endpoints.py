@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+from pathlib import Path
 import urllib.error
 import urllib.request
 
@@ -20,6 +22,14 @@ from helpers.wire import Wire
 
 pytestmark = pytest.mark.timeout(120)
 PROMTOOL = shutil.which("promtool")
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+_METRIC_NAME = re.compile(r"\b((?:nsqd|nsqlookupd|nsqadmin|process|python)_[a-z0-9_]*[a-z0-9])\b")
+
+
+def documented_names() -> set[str]:
+    """Every metric name docs/metrics.md and the Grafana dashboard mention."""
+    text = (DOCS / "metrics.md").read_text() + (DOCS / "grafana-nsqpy.json").read_text()
+    return set(_METRIC_NAME.findall(text))
 
 
 def scrape(daemon) -> tuple[str, dict[str, dict[tuple, float]]]:
@@ -129,6 +139,10 @@ def test_values_match_stats_on_every_daemon(cluster):
         assert sample(am, "nsqadmin_channel_clients", topic=topic, channel="work") == 1
         assert sample(am, "nsqadmin_cluster_messages_total") == 7
         assert sample(am, "nsqadmin_cluster_in_flight") == 1
+        # every name the docs and the dashboard use is served (clients, producers, e2e present)
+        served = set(m) | set(lm) | set(am)
+        missing = {n for n in documented_names() if n not in served}
+        assert not missing, missing
     finally:
         pub.close()
         sub.close()

@@ -4,11 +4,14 @@ queries with the values the daemons report."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import orjson
 import pytest
@@ -60,8 +63,11 @@ class PrometheusServer:
 
     def api(self, path: str, **params: str) -> dict:
         url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            doc = orjson.loads(resp.read())
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                doc = orjson.loads(resp.read())
+        except urllib.error.HTTPError as err:  # a bad query: say which and why
+            raise AssertionError(f"{params}: {err.code} {err.read()[:500]!r}") from None
         assert doc["status"] == "success", doc
         return doc["data"]
 
@@ -126,7 +132,36 @@ def test_prometheus_scrapes_all_three_daemons(tmp_path):
                  == [27.0], "the new messages scraped", 40, 0.5)
         rate = prom.query(f"sum(rate(nsqd_topic_messages_total{{{sel}}}[1m]))")
         assert list(rate.values())[0] > 0
+        # the example queries of docs/metrics.md and the Grafana dashboard's all parse and run
+        for expr in documented_queries():
+            prom.api("query", query=expr)
     finally:
         if prom is not None:
             prom.stop()
         cluster.stop()
+
+
+def documented_queries() -> list[str]:
+    """PromQL of docs/metrics.md's example block (continuation lines joined) and of every panel
+    and variable of docs/grafana-nsqpy.json, Grafana's variables replaced by plain values."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    block = (docs / "metrics.md").read_text().split("```promql\n", 1)[1].split("```", 1)[0]
+    queries: list[str] = []
+    for line in block.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        if line.startswith(" ") and queries:
+            queries[-1] += " " + line.strip()
+        else:
+            queries.append(line)
+    dash = orjson.loads((docs / "grafana-nsqpy.json").read_bytes())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", ())]
+    exprs += [re.sub(r"^label_values\((.*), (\w+)\)$", r"count by (\2) (\1)", v["definition"])
+              for v in dash["templating"]["list"]]
+    subst = {"$__rate_interval": "1m", "$topic": ".*", "$channel": ".*"}
+    for expr in exprs:
+        for key, value in subst.items():
+            expr = expr.replace(key, value)
+        queries.append(expr)
+    assert len(queries) > 20
+    return queries

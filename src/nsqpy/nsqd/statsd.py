@@ -222,13 +222,15 @@ async def send_spread(sock: socket.socket, datagrams: list[bytes], spread: float
             await asyncio.sleep(spread)
         return
     gap = max(0.0, spread) / len(datagrams)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
     sent = 0
     try:
         for datagram in datagrams:
             _send(sock, datagram)
             sent += 1
-            if gap > 0:
-                await asyncio.sleep(gap)
+            if gap > 0:  # deadlines from the start, like Go's ticker: late wake-ups don't add up
+                await asyncio.sleep(max(0.0, start + sent * gap - loop.time()))
     except asyncio.CancelledError:
         for datagram in datagrams[sent:]:
             _send(sock, datagram)
