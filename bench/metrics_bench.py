@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -44,6 +45,7 @@ class UdpSink:
 
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)  # no drops here
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
@@ -152,6 +154,17 @@ def bench_scrape(args) -> None:
         with urllib.request.urlopen(f"http://{node.http}/metrics") as resp:
             samples = sum(1 for line in resp.read().splitlines() if not line.startswith(b"#"))
         print(f"/metrics samples: {samples:,}; RSS after scrapes {rss_mib(node.proc.pid):.1f} MiB")
+        # the statsd formatting of one push, timed in this process on the node's own /stats
+        from nsqpy.nsqd.statsd import index_topics, pack_datagrams, stat_lines
+
+        with urllib.request.urlopen(f"http://{node.http}/stats?format=json&include_clients=false",
+                                    timeout=30) as resp:
+            topics = json.loads(resp.read())["topics"]
+        t0 = time.perf_counter()
+        lines = stat_lines("nsq.host_4151.", topics, index_topics(topics), False)
+        datagrams = pack_datagrams(lines, 508)
+        print(f"statsd formatting of one push: {(time.perf_counter() - t0) * 1000:.1f} ms "
+              f"({len(lines):,} lines, {len(datagrams):,} datagrams)")
         # one whole statsd push (the second: the first may have begun before populating ended)
         deadline = time.monotonic() + 4 * interval
         while len(sink.whole_pushes()) < 2 and time.monotonic() < deadline:

@@ -36,6 +36,7 @@ class Receiver:
 
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)  # no drops here
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]

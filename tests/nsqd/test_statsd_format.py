@@ -151,3 +151,44 @@ def test_spread_over_the_interval_and_flush_on_cancel():
             tx.close()
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_a_stall_does_not_turn_into_a_burst():
+    """Like Go's ticker: after the loop was blocked, one buffered tick is taken at once and the
+    missed ones are dropped, so at most two datagrams go out back to back."""
+    import threading
+    import time
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(5)
+    arrivals: list[float] = []
+
+    def read():
+        for _ in range(10):
+            rx.recv(100)
+            arrivals.append(time.monotonic())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+
+    async def main():
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tx.connect(rx.getsockname())
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.25, time.sleep, 0.5)  # the event loop stalls for 0.5s mid-spread
+        try:
+            await send_spread(tx, [b"%d\n" % i for i in range(10)], 1.0)
+        finally:
+            tx.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 10))
+        reader.join(10)
+    finally:
+        rx.close()
+    assert len(arrivals) == 10
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    close = [g < 0.03 for g in gaps]
+    assert not any(a and b for a, b in zip(close, close[1:])), gaps  # never 3 in a row
+    assert arrivals[-1] - arrivals[0] >= 1.0  # the stall lengthened the spread, as in Go

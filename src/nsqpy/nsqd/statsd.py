@@ -21,6 +21,7 @@ The formatting is sans-I/O (:func:`stat_lines`, :func:`pack_datagrams`), tested 
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -223,14 +224,22 @@ async def send_spread(sock: socket.socket, datagrams: list[bytes], spread: float
         return
     gap = max(0.0, spread) / len(datagrams)
     loop = asyncio.get_running_loop()
-    start = loop.time()
+    next_tick = loop.time() + gap
     sent = 0
     try:
         for datagram in datagrams:
             _send(sock, datagram)
             sent += 1
-            if gap > 0:  # deadlines from the start, like Go's ticker: late wake-ups don't add up
-                await asyncio.sleep(max(0.0, start + sent * gap - loop.time()))
+            if gap <= 0:
+                continue
+            now = loop.time()
+            if next_tick > now:
+                await asyncio.sleep(next_tick - now)
+                next_tick += gap
+            else:
+                # Go's ticker: a tick that fired while we were busy is taken at once, the ones
+                # after it are dropped; so a stall never turns into a burst of catch-up sends
+                next_tick += gap * (math.floor((now - next_tick) / gap) + 1)
     except asyncio.CancelledError:
         for datagram in datagrams[sent:]:
             _send(sock, datagram)
