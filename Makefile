@@ -9,7 +9,7 @@ SPARK_MIN := 4.0.*
 VENV_MIN := .venv-spark-min
 STAMP_MIN := $(VENV_MIN)/.installed
 
-.PHONY: run test bench clean setup browser graphite
+.PHONY: run test bench clean setup browser graphite prometheus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,14 +43,25 @@ tests/admin/graphite/node_modules/.installed: tests/admin/graphite/package.json
 	cd tests/admin/graphite && npm install --no-audit --no-fund --silent
 	touch $@
 
+# Debian's Prometheus server and promtool for the /metrics tests (tests/metrics); like chromium.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) \
+	  || echo "prometheus not installed: the Prometheus server tests will skip"; }
+
 tests/js/node_modules/.installed: tests/js/package.json
 	cd tests/js && npm install --no-audit --no-fund --silent
+	touch $@
+
+# Etsy's statsd daemon, fed by nsqd's --statsd-address in tests/nsqd/test_statsd_daemon.py
+tests/statsd_daemon/node_modules/.installed: tests/statsd_daemon/package.json
+	cd tests/statsd_daemon && npm install --no-audit --no-fund --silent
 	touch $@
 
 run: $(STAMP)
 	$(VENV)/bin/nsqpy-dev
 
-test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed browser graphite
+test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
 	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py
@@ -59,4 +70,4 @@ bench: $(STAMP)
 	$(PY) bench/nsqd_bench.py
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) tests/js/node_modules tests/admin/graphite/node_modules
+	rm -rf $(VENV) $(VENV_MIN) tests/js/node_modules tests/admin/graphite/node_modules tests/statsd_daemon/node_modules

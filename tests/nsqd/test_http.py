@@ -652,7 +652,7 @@ def test_config_get(node):
         "tcp_address": node.tcp_address,
         "log_prefix": "[nsqd] ",
         "deflate": True,
-        "statsd_prefix": "nsq.%s",
+        "statsd_prefix": f"nsq.127_0_0_1_{node.http_port}.",  # resolved at start, as upstream
         "data_path": str(node.data_path),
     }
     for key, value in expected.items():

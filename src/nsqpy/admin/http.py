@@ -36,6 +36,7 @@ from ..protocol.names import is_valid_name
 from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
 from .graphite import Graphite
 from .live import live_api
+from .metrics import register as register_metrics
 from .options import config_flags, config_value
 
 if TYPE_CHECKING:
@@ -146,12 +147,8 @@ class HTTPServer:
         self.admin = admin
         self.logger = admin.logger
         self.ci = ci
-<<<<<<< HEAD
         self.router: Router[Handler] = Router()  # the shared httprouter (common/router.py)
-=======
-        self.router = Router()
         self.graphite = Graphite(self)
->>>>>>> wt-admin
         bp = self.bp
         r = self.router.add
         for page in ("/", "/topics", "/topics/:topic", "/topics/:topic/:channel", "/nodes",
@@ -178,6 +175,7 @@ class HTTPServer:
             r("GET", bp("/render"), self.graphite.render)
         r("GET", bp("/config/:opt"), self.config)
         r("PUT", bp("/config/:opt"), self.config)
+        register_metrics(self)
 
     @property
     def opts(self) -> "Options":  # options can change at run time through PUT /config

@@ -67,6 +67,8 @@ def build_flagset() -> FlagSet:
              "admin user (may be given multiple times; if specified, only these users will be "
              "able to perform privileged actions; acl-http-header is used to determine the "
              "authenticated user)", kind="list", cfg="admin_users"),
+        Flag("metrics", True, "serve Prometheus metrics at GET /metrics (nsqpy addition; "
+             "--metrics=false to turn off)", kind="bool"),
     )
     return fs
 
@@ -101,6 +103,7 @@ class Options:
     lookupd_http_address: list[str] = field(default_factory=list)
     nsqd_http_address: list[str] = field(default_factory=list)
     admin_user: list[str] = field(default_factory=list)
+    metrics: bool = True
 
 
 def normalize_base_path(p: str) -> str:

@@ -23,6 +23,7 @@ from ..common.addr import join_host_port
 from ..common.router import Router, unrouted_response
 from ..common.flags import format_duration
 from ..protocol.names import is_valid_name
+from .metrics import routes as metrics_routes
 from .registration_db import GO_ZERO_TIME_UNIX_NANO, PeerInfo, filter_active, keys, subkeys
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class HTTPServer:
             ("POST", "/channel/create", self.create_channel, _V1),
             ("POST", "/channel/delete", self.delete_channel, _V1),
             ("POST", "/topic/tombstone", self.tombstone_topic_producer, _V1),
+            *metrics_routes(lookupd, _PLAIN),
         ):
             self.router.add(method, path, (handler, kind))
         self._info_body = go_json({"version": NSQ_COMPAT_VERSION})

@@ -25,6 +25,8 @@ def build_flagset() -> FlagSet:
         Flag("tombstone-lifetime", 45.0,
              "duration of time a producer will remain tombstoned if registration remains",
              kind="duration"),
+        Flag("metrics", True, "serve Prometheus metrics at GET /metrics on the HTTP listener "
+             "(nsqpy addition; --metrics=false to turn off)", kind="bool"),
     )
     return fs
 
@@ -43,6 +45,7 @@ class Options:
     tombstone_lifetime: float
     #: bound on an IDENTIFY body (upstream has none); not a flag upstream, so not one here
     max_body_size: int = 5 * 1024 * 1024
+    metrics: bool = True
 
 
 def parse_options(argv: list[str]) -> Options:

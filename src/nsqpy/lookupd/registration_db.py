@@ -90,7 +90,7 @@ def _match(reg: Registration, category: str, key: str, subkey: str) -> bool:
 
 
 class RegistrationDB:
-    __slots__ = ("_map", "_by_key", "_by_category", "_by_peer")
+    __slots__ = ("_map", "_by_key", "_by_category", "_by_peer", "churn")
 
     def __init__(self) -> None:
         self._map: dict[Registration, dict[str, Producer]] = {}
@@ -98,6 +98,8 @@ class RegistrationDB:
         self._by_key: dict[tuple[str, str], dict[Registration, None]] = {}
         self._by_category: dict[str, dict[Registration, None]] = {}
         self._by_peer: dict[str, dict[Registration, None]] = {}
+        #: (category, "register" | "unregister") -> producer changes, for /metrics
+        self.churn: dict[tuple[str, str], int] = {}
 
     def __len__(self) -> int:
         return len(self._map)
@@ -121,6 +123,7 @@ class RegistrationDB:
             return False
         producers[pid] = producer
         self._by_peer.setdefault(pid, {})[k] = None
+        self.churn[(k[0], "register")] = self.churn.get((k[0], "register"), 0) + 1
         return True
 
     def remove_producer(self, k: Registration, peer_id: str) -> tuple[bool, int]:
@@ -131,6 +134,7 @@ class RegistrationDB:
         removed = producers.pop(peer_id, None) is not None
         if removed:
             self._unindex_peer(peer_id, k)
+            self.churn[(k[0], "unregister")] = self.churn.get((k[0], "unregister"), 0) + 1
         return removed, len(producers)
 
     def _unindex_peer(self, peer_id: str, k: Registration) -> None:

@@ -54,6 +54,7 @@ from ..protocol.names import is_valid_name
 from . import stats as nsq_stats
 from .bounded import Draining, QueueFull
 from .lifecycle_options import LIFECYCLE_CONFIG_KEYS
+from .metrics import routes as metrics_routes
 from .options import _TLS_VERSIONS, config_key_map, topology_set
 
 if TYPE_CHECKING:
@@ -322,6 +323,7 @@ class HttpApi:
             R("PUT", "/config/:opt", self.config),
             R("PUT", "/debug/setblockrate", self.set_block_rate),
             R("POST", "/debug/freememory", self.free_memory),
+            *metrics_routes(self.nsqd, R),
         ])
 
     # --- plumbing ------------------------------------------------------------------------------

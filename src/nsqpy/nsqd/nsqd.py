@@ -361,6 +361,11 @@ class NSQD:
                                                                   self.tls_context)
         self._tasks.append(self.loop.create_task(self._scan_loop()))
         self._tasks.append(self.loop.create_task(self._backend_loop()))
+        from .statsd import start_statsd  # resolves --statsd-prefix; pushes with --statsd-address
+
+        statsd_task = start_statsd(self)
+        if statsd_task is not None:
+            self._tasks.append(statsd_task)
         self.lookup.start()
         install_drain_signal(self)
 
