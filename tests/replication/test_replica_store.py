@@ -173,3 +173,12 @@ def test_malformed_batch_is_refused_before_writing(tmp_path):
     else:
         raise AssertionError("accepted")
     assert s.disk_bytes == size
+
+
+def test_topic_empty_drops_only_held_messages(tmp_path):
+    s = ReplicaStore(str(tmp_path))
+    add(s, "t", "a")
+    pub(s, "t", [1])
+    pub(s, "t", [2], held=True)
+    s.append(r.enc_topic_del("t", held_only=True))
+    assert set(s.live) == {mid(1)}

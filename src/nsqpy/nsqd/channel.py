@@ -206,6 +206,8 @@ class Channel:
             raise ClientError(E_FIN_FAILED, f"FIN {mid.decode(errors='replace')} failed "
                               f"{self._owner_error(client, mid)}")
         client.finish_count += 1
+        if self.nsqd.replicator is not None:
+            self.nsqd.replicator.finished(self, mid)
         if self.e2e is not None:
             self.e2e.add(_time_ns() - entry[2])
 
@@ -217,6 +219,8 @@ class Channel:
         client.requeue_count += 1
         self.requeue_count += 1
         msg = entry[:4]
+        if self.nsqd.replicator is not None:
+            self.nsqd.replicator.attempts(self, [msg])
         if delay <= 0:
             self.requeue([msg])
         else:
@@ -250,6 +254,8 @@ class Channel:
             if expired:
                 msgs = [in_flight.pop(mid)[:4] for mid in expired]
                 self.timeout_count += len(msgs)
+                if self.nsqd.replicator is not None:
+                    self.nsqd.replicator.attempts(self, msgs)
                 self.requeue(msgs)
                 moved = True
         deferred = self.deferred
@@ -298,6 +304,8 @@ class Channel:
         for client in self.clients:
             client.in_flight.clear()
         self.backend.empty()
+        if self.nsqd.replicator is not None:  # owes nothing it had before
+            self.nsqd.replicator.channel_emptied(self)
 
     def close(self, flush: bool) -> None:
         """Stop the channel; with ``flush``, persist memory, in-flight and deferred messages."""

@@ -46,6 +46,7 @@ from ..protocol.errors import (
 )
 from ..protocol.frames import CLOSE_WAIT_FRAME, HEARTBEAT_FRAME, OK_FRAME, encode_error, encode_response
 from ..protocol.names import is_valid_name
+from .replica_host import handle_rsub
 from .stats import go_json
 from .tls import TLS_REQUIRED_FALSE, TLSInfo
 
@@ -854,7 +855,10 @@ class ClientV2(asyncio.Protocol):
         except OSError as err:
             raise FatalError(E_PUB_FAILED, f"PUB failed {err}") from None
         self._published(topic_name, 1)
-        self.out.append(OK_FRAME)
+        if self.nsqd.replicator is None:
+            self.out.append(OK_FRAME)
+        else:  # replication: the OK may wait for the peer's ack
+            self.nsqd.replicator.respond(self, OK_FRAME)
 
     def _mpub(self, params: list[bytes], bodies: list[bytes]) -> None:
         topic_name = params[1].decode("ascii")
@@ -867,7 +871,10 @@ class ClientV2(asyncio.Protocol):
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self._published(topic_name, len(bodies))
-        self.out.append(OK_FRAME)
+        if self.nsqd.replicator is None:
+            self.out.append(OK_FRAME)
+        else:
+            self.nsqd.replicator.respond(self, OK_FRAME)
 
     def _dpub(self, params: list[bytes], body: bytes) -> None:
         topic_name = params[1].decode("ascii")
@@ -879,7 +886,10 @@ class ClientV2(asyncio.Protocol):
         except OSError as err:
             raise FatalError(E_DPUB_FAILED, f"DPUB failed {err}") from None
         self._published(topic_name, 1)
-        self.out.append(OK_FRAME)
+        if self.nsqd.replicator is None:
+            self.out.append(OK_FRAME)
+        else:
+            self.nsqd.replicator.respond(self, OK_FRAME)
 
     # with --auth-http-address: the publish commands check authorizations first
 
@@ -902,6 +912,7 @@ _HANDLERS: dict[bytes, Callable[..., None]] = {
     b"MPUB": ClientV2._mpub, b"DPUB": ClientV2._dpub, b"NOP": ClientV2._nop,
     b"TOUCH": ClientV2._touch, b"SUB": ClientV2._sub, b"CLS": ClientV2._cls,
     b"AUTH": ClientV2._auth, b"IDENTIFY": ClientV2._identify,
+    b"RSUB": handle_rsub,  # replication link (an unknown command unless --accept-replicas)
 }
 _AUTH_HANDLERS: dict[bytes, Callable[..., None]] = {
     **_HANDLERS, b"PUB": ClientV2._pub_authed, b"MPUB": ClientV2._mpub_authed,

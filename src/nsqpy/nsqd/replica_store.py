@@ -201,8 +201,10 @@ class ReplicaStore:
                         else:
                             self._drop(mid)
             elif kind is TopicDel:
-                self.channels.pop(rec.topic, None)
-                for mid in [m for m, e in live.items() if e[_TOPIC] == rec.topic]:
+                if not rec.held_only:
+                    self.channels.pop(rec.topic, None)
+                for mid in [m for m, e in live.items() if e[_TOPIC] == rec.topic
+                            and (e[_OWED] is None or not rec.held_only)]:
                     self._drop(mid)
             elif kind is Sync:
                 self.channels = dict(rec.channels)

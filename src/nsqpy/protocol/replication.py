@@ -29,6 +29,7 @@ PUMPED = 5      # topic-held messages were handed to the topic's current channel
 TOPIC_DEL = 6   # a topic was deleted (or emptied of its topic-held messages)
 SYNC = 7        # the full channel map (sent at link start; heads every replica log segment)
 ATTEMPTS = 8    # a message's delivery attempts (REQ / timeout), so adoption keeps them
+TOPIC_EMPTY = 9  # the topic's held messages were dropped (/topic/empty)
 
 # how a MSG record's owed channel set is known
 OWED_CHANNELS = 0  # the topic's channels at this point of the stream (the common case)
@@ -77,6 +78,7 @@ class Pumped(NamedTuple):
 
 class TopicDel(NamedTuple):
     topic: str
+    held_only: bool = False  # TOPIC_EMPTY: only the messages still held at the topic
 
 
 class Sync(NamedTuple):
@@ -131,8 +133,8 @@ def enc_pumped(topic: str, ids: list) -> bytes:
     return b"".join((b"\x05", _name(topic), _pack_u32(len(ids)), *ids))
 
 
-def enc_topic_del(topic: str) -> bytes:
-    return b"\x06" + _name(topic)
+def enc_topic_del(topic: str, held_only: bool = False) -> bytes:
+    return (b"\x09" if held_only else b"\x06") + _name(topic)
 
 
 def enc_sync(channels: dict) -> bytes:
@@ -213,8 +215,8 @@ def decode_records(buf: bytes | memoryview) -> list[Record]:
             out.append(ChanEvent(kind, r.name(), r.name()))
         elif kind == PUMPED:
             out.append(Pumped(r.name(), r.ids()))
-        elif kind == TOPIC_DEL:
-            out.append(TopicDel(r.name()))
+        elif kind == TOPIC_DEL or kind == TOPIC_EMPTY:
+            out.append(TopicDel(r.name(), kind == TOPIC_EMPTY))
         elif kind == SYNC:
             count = r.u32()
             if count > end:

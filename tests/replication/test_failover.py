@@ -1,0 +1,102 @@
+"""Failover with real processes: the origin is killed -9, its peer adopts what was unfinished, and
+a stock consumer that finds producers through nsqlookupd receives every acknowledged message."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.error
+import urllib.request
+
+import pytest
+
+from helpers.servers import Nsqlookupd, unique_name
+from helpers.wire import Wire
+from nsqpy.client import Consumer
+
+from test_link import get_json, linked, post, replica, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def lookupd(tmp_path):
+    node = Nsqlookupd(tmp_path / "lookupd")
+    yield node
+    node.stop()
+
+
+def publish_and_consume_some(a, b, topic: str) -> set[bytes]:
+    """200 acknowledged messages; 50 FINished on the origin, 10 left in flight there."""
+    assert post(a, f"/channel/create?topic={topic}&channel=c") == 200
+    w = Wire(a.tcp_address)
+    bodies = [b"m%03d" % i for i in range(200)]
+    for i in range(0, 200, 20):
+        w.mpub(topic, bodies[i:i + 20])
+    c = Wire(a.tcp_address)
+    c.sub(topic, "c", rdy=60)
+    finished = set()
+    for i in range(60):
+        m = c.read_message()
+        if i < 50:
+            c.cmd(b"FIN", m.id)
+            finished.add(m.body)
+    wait_for(lambda: replica(b, topic).get("messages") == 150, what="FINs on the replica")
+    return set(bodies) - finished
+
+
+async def consume_all(lookupd, topic: str, expected: set[bytes], timeout: float) -> list[bytes]:
+    got: list[bytes] = []
+
+    async def handler(msg):
+        got.append(msg.body)
+
+    async with Consumer(topic, "c", handler, lookupd_http_addresses=[lookupd.http_address],
+                        lookupd_poll_interval=0.5, lookupd_poll_jitter=0.1, max_in_flight=50,
+                        reconnect_interval=0.2):
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not expected <= set(got):
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.1)
+    return got
+
+
+def test_kill9_origin_peer_adopts_after_timeout(nsqd_factory, lookupd):
+    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=2s", lk)
+    a = nsqd_factory(f"--replicate-to={b.tcp_address}", "--sync-every=1", lk)
+    wait_for(lambda: linked(a), what="link up")
+    topic = unique_name()
+    owed = publish_and_consume_some(a, b, topic)
+    a.kill9()
+    wait_for(lambda: any(t["topic_name"] == topic
+                         for t in get_json(b, "/stats?format=json")["topics"]),
+             timeout=15, what="adoption")
+    stats = get_json(b, f"/stats?format=json&topic={topic}")
+    [t] = stats["topics"]
+    assert [c["channel_name"] for c in t["channels"]] == ["c"]
+    assert t["channels"][0]["depth"] == 150
+    assert stats["replicas"] == []
+    got = asyncio.run(consume_all(lookupd, topic, owed, 30))
+    assert owed <= set(got), f"lost {len(owed - set(got))}"
+    assert len(got) == len(set(got))  # nothing adopted twice
+
+
+def test_operator_adopts_at_once(nsqd_factory, lookupd):
+    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=600s", lk)
+    a = nsqd_factory(f"--replicate-to={b.tcp_address}", lk)
+    wait_for(lambda: linked(a), what="link up")
+    topic = unique_name()
+    owed = publish_and_consume_some(a, b, topic)
+    origin = replica(b)["origin"]
+    adopt = f"http://{b.http_address}/replication/adopt?origin={origin}"
+    with pytest.raises(urllib.error.HTTPError) as err:  # the origin is alive and linked
+        urllib.request.urlopen(urllib.request.Request(adopt, method="POST"), timeout=5)
+    assert err.value.code == 409
+    a.kill9()
+    wait_for(lambda: replica(b)["link"] == "down", what="link down")
+    with urllib.request.urlopen(urllib.request.Request(adopt, method="POST"), timeout=10) as r:
+        assert r.status == 200 and b'"adopted":150' in r.read()
+    got = asyncio.run(consume_all(lookupd, topic, owed, 30))
+    assert owed <= set(got)
