@@ -9,11 +9,11 @@ import urllib.request
 
 import pytest
 
+from helpers.replication import get_json, linked, post, replica, wait_for
 from helpers.servers import Nsqlookupd, unique_name
 from helpers.wire import Wire
 from nsqpy.client import Consumer
 
-from test_link import get_json, linked, post, replica, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
