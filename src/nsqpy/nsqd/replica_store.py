@@ -151,29 +151,30 @@ class ReplicaStore:
 
     def _apply(self, records: list[Record], seg: int, off: int) -> None:
         live = self.live
+        channels_get = self.channels.get
+        added = added_bytes = 0
         for rec in records:
             kind = type(rec)
             if kind is Msg:
-                owed = rec.owed
-                if owed == OWED_HELD:
-                    if rec.id in live:
+                topic, mid, _, attempts, due_ns, owed, body = rec
+                if owed.__class__ is int:
+                    if mid in live:
                         continue  # a resend: the first copy stands
-                    owed_set = None
-                elif isinstance(owed, frozenset):
-                    self._drop(rec.id)  # a compaction copy replaces the original
-                    owed_set = owed
+                    owed_set = None if owed == OWED_HELD else channels_get(topic, _EMPTY)
+                    if owed_set is not None and not owed_set:
+                        continue  # no durable channel owes it
                 else:
-                    if rec.id in live:
-                        continue
-                    owed_set = self.channels.get(rec.topic, _EMPTY)
-                if owed_set is not None and not owed_set:
-                    continue  # no durable channel owes it
-                size = len(rec.body)
-                live[rec.id] = [rec.topic, seg, off, owed_set, rec.attempts, rec.due_ns, size]
-                self._seg_live[seg] += 1
-                self._seg_live_bytes[seg] += size
-                self.live_bytes += size
-            elif kind is Fin:
+                    self._drop(mid)  # a compaction copy replaces the original
+                    owed_set = owed
+                size = len(body)
+                live[mid] = [topic, seg, off, owed_set, attempts, due_ns, size]
+                added += 1
+                added_bytes += size
+                continue
+            if added:  # later records may drop what this batch added
+                self._count(seg, added, added_bytes)
+                added = added_bytes = 0
+            if kind is Fin:
                 channel = rec.channel
                 for mid in rec.ids:
                     e = live.get(mid)
@@ -214,6 +215,14 @@ class ReplicaStore:
                 e = live.get(rec.id)
                 if e is not None and rec.attempts > e[_ATT]:
                     e[_ATT] = rec.attempts
+            channels_get = self.channels.get  # a SYNC replaces the map
+        if added:
+            self._count(seg, added, added_bytes)
+
+    def _count(self, seg: int, n: int, nbytes: int) -> None:
+        self._seg_live[seg] += n
+        self._seg_live_bytes[seg] += nbytes
+        self.live_bytes += nbytes
 
     def _forget_channels(self, topic: str, keep: frozenset) -> None:
         """Channels gone from the topic owe nothing any more."""

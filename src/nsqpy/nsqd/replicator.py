@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 INCARNATION_FILE = "nsqd.replication.json"
 RECONNECT_INTERVAL = 1.0
 KEEPALIVE_INTERVAL = 1.0
-ACK_TIMEOUT = 5.0               # an unanswered batch this old means the peer is gone
-MAX_UNACKED_BYTES = 64 << 20    # beyond this the link is dropped (async mode against a slow peer)
+ACK_TIMEOUT = 5.0               # no ack progress for this long (with batches unacked): peer gone
+MAX_UNACKED_BYTES = 64 << 20    # async: past this much unacked, publishes are not shipped
 MAX_DEGRADED_BYTES = 16 << 20   # small records kept while the link is down
 
 
@@ -130,6 +130,7 @@ class Replicator:
         # seq -> (batch bytes, waiters, time shipped), oldest first
         self._inflight: dict[int, tuple[bytes, list, float]] = {}
         self._unacked_bytes = 0
+        self._last_ack = 0.0
         self._resend: list[bytes] = []  # records to ship again when the link returns
         self._degraded_bytes = 0
         self._task: asyncio.Task | None = None
@@ -151,12 +152,17 @@ class Replicator:
             self.nsqd.loop.call_soon(self._ship)
 
     def published(self, topic: "Topic", msgs: list[tuple], held: bool, due_ns: int = 0) -> None:
-        if self.link is None:
+        if self.link is None or (not self.sync and self._unacked_bytes > MAX_UNACKED_BYTES):
+            # degraded, or async with a peer this far behind: the message exists once
             self.degraded_messages += len(msgs)
             return
+        if self._fins:
+            self._flush_fins()
         name = topic.name
-        for m in msgs:
-            self._add(enc_msg(name, m[0], m[2], m[3], due_ns, held, m[1]))
+        self._parts.extend([enc_msg(name, m[0], m[2], m[3], due_ns, held, m[1]) for m in msgs])
+        if not self._ship_scheduled:
+            self._ship_scheduled = True
+            self.nsqd.loop.call_soon(self._ship)
         self.shipped_messages += len(msgs)
 
     def pumped(self, topic: "Topic", ids: list[bytes]) -> None:
@@ -243,10 +249,6 @@ class Replicator:
         self._inflight[self._seq] = (batch, waiters, time.monotonic())
         self._unacked_bytes += len(batch)
         link.transport.write(batch)
-        if self._unacked_bytes > MAX_UNACKED_BYTES:
-            self.logger.error("REPLICATION: peer %s is %d bytes behind, dropping the link",
-                              self.peer, self._unacked_bytes)
-            link.transport.abort()
 
     def _keep_while_down(self, records: bytes) -> None:
         """Degraded: MSG records were never added; keep the rest for the link's return."""
@@ -260,6 +262,7 @@ class Replicator:
         if seq <= self._acked_seq:
             return
         self._acked_seq = seq
+        self._last_ack = time.monotonic()
         inflight = self._inflight
         done: list[Callable[[], None]] = []
         while inflight:
@@ -299,7 +302,7 @@ class Replicator:
                 continue
             if self._inflight:
                 oldest = next(iter(self._inflight.values()))[2]
-                if oldest and time.monotonic() - oldest > ACK_TIMEOUT:
+                if time.monotonic() - max(oldest, self._last_ack) > ACK_TIMEOUT:
                     self.logger.error("REPLICATION: peer %s did not ack for %.0fs", self.peer,
                                       ACK_TIMEOUT)
                     link.transport.abort()

@@ -194,38 +194,68 @@ class _Reader:
 
 def decode_records(buf: bytes | memoryview) -> list[Record]:
     """Every record of a batch; ReplicationError on anything malformed (never a partial list)."""
-    r = _Reader(buf)
+    if isinstance(buf, memoryview):
+        buf = bytes(buf)
     out: list[Record] = []
+    append = out.append
     end = len(buf)
-    while r.pos < end:
-        kind = r.take(1)[0]
-        if kind == MSG:
-            topic = r.name()
-            mid, ts, attempts, due_ns, mode = _MSG_HEAD.unpack(r.take(_MSG_HEAD.size))
-            if mode == OWED_LIST:
-                owed: int | frozenset = r.names()
-            elif mode in (OWED_CHANNELS, OWED_HELD):
-                owed = mode
+    pos = 0
+    head_size = _MSG_HEAD.size
+    unpack_head = _MSG_HEAD.unpack_from
+    try:
+        while pos < end:
+            kind = buf[pos]
+            if kind == MSG:  # the hot path: inline, no helper calls
+                n = buf[pos + 1]
+                tpos = pos + 2
+                pos = tpos + n
+                if n == 0 or pos + head_size + 4 > end:
+                    raise ReplicationError("record truncated")
+                topic = buf[tpos:pos].decode("ascii")
+                mid, ts, attempts, due_ns, mode = unpack_head(buf, pos)
+                pos += head_size
+                if mode == OWED_CHANNELS or mode == OWED_HELD:
+                    owed: int | frozenset = mode
+                elif mode == OWED_LIST:
+                    r = _Reader(buf)
+                    r.pos = pos
+                    owed = r.names()
+                    pos = r.pos
+                    if pos + 4 > end:
+                        raise ReplicationError("record truncated")
+                else:
+                    raise ReplicationError(f"bad owed mode {mode}")
+                size = _unpack_u32(buf, pos)[0]
+                pos += 4
+                if pos + size > end:
+                    raise ReplicationError("record truncated")
+                append(Msg(topic, mid, ts, attempts, due_ns, owed, buf[pos:pos + size]))
+                pos += size
+                continue
+            r = _Reader(buf)
+            r.pos = pos + 1
+            if kind == FIN:
+                append(Fin(r.name(), r.name(), r.ids()))
+            elif kind in (CHAN_ADD, CHAN_DEL):
+                append(ChanEvent(kind, r.name(), r.name()))
+            elif kind == PUMPED:
+                append(Pumped(r.name(), r.ids()))
+            elif kind == TOPIC_DEL or kind == TOPIC_EMPTY:
+                append(TopicDel(r.name(), kind == TOPIC_EMPTY))
+            elif kind == SYNC:
+                count = r.u32()
+                if count > end:
+                    raise ReplicationError("bad topic count")
+                append(Sync({r.name(): r.names() for _ in range(count)}))
+            elif kind == ATTEMPTS:
+                append(Attempts(r.name(), r.take(16), r.u16()))
             else:
-                raise ReplicationError(f"bad owed mode {mode}")
-            out.append(Msg(topic, mid, ts, attempts, due_ns, owed, r.take(r.u32())))
-        elif kind == FIN:
-            out.append(Fin(r.name(), r.name(), r.ids()))
-        elif kind in (CHAN_ADD, CHAN_DEL):
-            out.append(ChanEvent(kind, r.name(), r.name()))
-        elif kind == PUMPED:
-            out.append(Pumped(r.name(), r.ids()))
-        elif kind == TOPIC_DEL or kind == TOPIC_EMPTY:
-            out.append(TopicDel(r.name(), kind == TOPIC_EMPTY))
-        elif kind == SYNC:
-            count = r.u32()
-            if count > end:
-                raise ReplicationError("bad topic count")
-            out.append(Sync({r.name(): r.names() for _ in range(count)}))
-        elif kind == ATTEMPTS:
-            out.append(Attempts(r.name(), r.take(16), r.u16()))
-        else:
-            raise ReplicationError(f"unknown record kind {kind}")
+                raise ReplicationError(f"unknown record kind {kind}")
+            pos = r.pos
+    except (IndexError, struct.error):
+        raise ReplicationError("record truncated") from None
+    except UnicodeDecodeError:
+        raise ReplicationError("non-ascii name") from None
     return out
 
 
