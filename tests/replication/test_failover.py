@@ -4,6 +4,7 @@ a stock consumer that finds producers through nsqlookupd receives every acknowle
 from __future__ import annotations
 
 import asyncio
+import shutil
 import urllib.error
 import urllib.request
 
@@ -100,3 +101,31 @@ def test_operator_adopts_at_once(nsqd_factory, lookupd):
         assert r.status == 200 and b'"adopted":150' in r.read()
     got = asyncio.run(consume_all(lookupd, topic, owed, 30))
     assert owed <= set(got)
+
+
+def test_peer_loses_its_data_and_the_origin_re_replicates(nsqd_factory, lookupd):
+    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=2s", lk)
+    a = nsqd_factory(f"--replicate-to={b.tcp_address}", lk)
+    wait_for(lambda: linked(a), what="link up")
+    topic = unique_name()
+    owed = publish_and_consume_some(a, b, topic)
+    b.kill9()
+    shutil.rmtree(b.data_path)
+    w = Wire(a.tcp_address)
+    more = [b"late%02d" % i for i in range(20)]
+    w.mpub(topic, more)  # degraded: accepted, held once
+    owed |= set(more)
+    b2 = b.restart("--accept-replicas", "--replication-failover-timeout=2s", lk)
+    try:
+        wait_for(lambda: linked(a), timeout=15, what="relink")
+        # everything the origin still holds (queued and in flight) is on the new peer again
+        wait_for(lambda: replica(b2, topic).get("messages") == 170, what="re-replicated")
+        a.kill9()
+        wait_for(lambda: any(t["topic_name"] == topic
+                             for t in get_json(b2, "/stats?format=json")["topics"]),
+                 timeout=15, what="adoption")
+        got = asyncio.run(consume_all(lookupd, topic, owed, 30))
+        assert owed <= set(got), f"lost {len(owed - set(got))}"
+    finally:
+        b2.stop()
