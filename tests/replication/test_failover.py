@@ -103,10 +103,11 @@ def test_operator_adopts_at_once(nsqd_factory, lookupd):
     assert owed <= set(got)
 
 
-def test_peer_loses_its_data_and_the_origin_re_replicates(nsqd_factory, lookupd):
+@pytest.mark.parametrize("mem", ["10000", "0"], ids=["memory", "disk"])
+def test_peer_loses_its_data_and_the_origin_re_replicates(nsqd_factory, lookupd, mem):
     lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
     b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=2s", lk)
-    a = nsqd_factory(f"--replicate-to={b.tcp_address}", lk)
+    a = nsqd_factory(f"--replicate-to={b.tcp_address}", f"--mem-queue-size={mem}", lk)
     wait_for(lambda: linked(a), what="link up")
     topic = unique_name()
     owed = publish_and_consume_some(a, b, topic)

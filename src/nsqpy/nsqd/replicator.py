@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..common.addr import split_host_port
 from ..protocol.commands import MAGIC_V2
 from ..protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
+from .replica_reship import reship_records
 from ..protocol.replication import (
-    CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msg, enc_msg_owed, enc_pumped,
-    enc_sync,
+    CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msg, enc_pumped, enc_sync,
     enc_topic_del, encode_batch, encode_rsub, parse_ack,
 )
 
@@ -324,7 +324,7 @@ class Replicator:
         channels = {t.name: {c.name for c in t.channels.values() if not c.ephemeral}
                     for t in self.nsqd.topics.values() if not t.ephemeral}
         resend.append(enc_sync(channels))
-        resend.extend(reship_records(self.nsqd))
+        resend.extend(reship_records(self.nsqd, self.logger))
         chunk: list[bytes] = []
         size = 0
         for records in resend + [b""]:  # the empty sentinel flushes the last chunk
@@ -372,45 +372,6 @@ class Replicator:
                 "shipped_messages": self.shipped_messages, "acked_batches": self.acked_batches,
                 "unacked_batches": len(self._inflight), "unacked_bytes": self._unacked_bytes,
                 "degraded_messages": self.degraded_messages, "events_dropped": self.events_dropped}
-
-
-def reship_records(nsqd: "NSQD") -> list[bytes]:
-    """Every message held in memory, with its owed state as it is now.
-
-    Shipped each time the link comes up, so a peer that lost its copy (or never had the messages
-    published while we were degraded) holds them again. Messages in disk queues are not read
-    back (docs/replication.md: a known gap)."""
-    out: list[bytes] = []
-    now, now_ns = time.monotonic(), time.time_ns()
-
-    def due_ns(when: float) -> int:
-        return now_ns + int((when - now) * 1e9)
-
-    for topic in nsqd.topics.values():
-        if topic.ephemeral:
-            continue
-        name = topic.name
-        for it in topic.mem:
-            out.append(enc_msg(name, it[0], it[2], it[3], due_ns(it[4]) if len(it) == 5 else 0,
-                               True, it[1]))
-        owed: dict[bytes, list] = {}
-        for channel in topic.channels.values():
-            if channel.ephemeral:
-                continue
-            cname = channel.name
-            pending = [(m, 0) for m in channel.mem]
-            for in_flight in [c.in_flight for c in channel.clients] + channel.orphans:
-                pending.extend((e[:4], 0) for e in in_flight.values())
-            pending.extend((m, due_ns(when)) for when, _, m in channel.deferred)
-            for m, due in pending:
-                entry = owed.get(m[0])
-                if entry is None:
-                    owed[m[0]] = [m, due, {cname}]
-                else:
-                    entry[2].add(cname)
-        for mid, (m, due, names) in owed.items():
-            out.append(enc_msg_owed(name, mid, m[2], m[3], due, names, m[1]))
-    return out
 
 
 def _late_reply(client: Any, frame: bytes) -> None:
