@@ -130,3 +130,30 @@ def test_peer_loses_its_data_and_the_origin_re_replicates(nsqd_factory, lookupd,
         assert owed <= set(got), f"lost {len(owed - set(got))}"
     finally:
         b2.stop()
+
+
+def test_origin_returning_after_failover_skips_what_the_peer_adopted(nsqd_factory, lookupd):
+    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=2s", lk)
+    a = nsqd_factory(f"--replicate-to={b.tcp_address}", "--mem-queue-size=100", lk)
+    wait_for(lambda: linked(a), what="link up")
+    topic = unique_name()
+    # 150 owed: 40 in memory and 10 in flight (gone with the kill -9), 100 on disk (kept)
+    owed = publish_and_consume_some(a, b, topic)
+    a.kill9()
+    wait_for(lambda: any(t["topic_name"] == topic
+                         for t in get_json(b, "/stats?format=json")["topics"]),
+             timeout=15, what="adoption")
+    # the origin comes back with its data directory: its disk queue still holds 100
+    a2 = a.restart(f"--replicate-to={b.tcp_address}", "--mem-queue-size=100", lk)
+    try:
+        wait_for(lambda: linked(a2), timeout=15, what="relink")
+        rep = get_json(a2, "/stats?format=json")["replication"]
+        assert rep["skipped_adopted"] == 100  # not handed out a second time
+        [t] = get_json(a2, f"/stats?format=json&topic={topic}")["topics"]
+        assert t["channels"][0]["depth"] == 0
+        got = asyncio.run(consume_all(lookupd, topic, owed, 30))
+        assert owed <= set(got)
+        assert len(got) == len(set(got)), "duplicates"
+    finally:
+        a2.stop()

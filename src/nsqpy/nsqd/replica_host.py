@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 REPLICAS_DIR = "replicas"
 IDLE_TIMEOUT = 5.0  # an origin sends a keep-alive every second
+ADOPTED_FRAME_IDS = 32768  # adopted ids per frame sent to a returning origin (512 KiB)
 
 
 class Origin:
@@ -83,6 +84,23 @@ class ReplicaHost:
                 self.logger.info("REPLICA(%s): loaded incarnation %s, %d messages", address, inc,
                                  len(store.live))
 
+    def _adopted_path(self, address: str, incarnation: str) -> str:
+        return os.path.join(self.root, address, f"adopted-{incarnation}.ids")
+
+    def take_adopted(self, address: str, incarnation: str) -> bytes:
+        """The ids we adopted from this incarnation (sent once, so it skips them), or b""."""
+        base = os.path.join(self.root, address)
+        out = b""
+        for name in os.listdir(base) if os.path.isdir(base) else ():
+            if not name.startswith("adopted-"):
+                continue
+            path = os.path.join(base, name)
+            if name == f"adopted-{incarnation}.ids":
+                with open(path, "rb") as f:
+                    out = f.read()
+            os.unlink(path)  # another incarnation's list: its data is gone anyway
+        return out
+
     def attach(self, address: str, incarnation: str, http_port: int,
                session: "ReplicaSession") -> Origin:
         origin = self.origins.get(address)
@@ -118,8 +136,14 @@ class ReplicaHost:
     def adopt(self, origin: Origin) -> int:
         from .replica_failover import adopt_store
 
+        ids = b"".join(origin.store.live)
         n = adopt_store(self.nsqd, origin.store)
         self.adopted += n
+        # kept until the origin returns with this incarnation: it then skips what we delivered
+        path = self._adopted_path(origin.address, origin.incarnation)
+        with open(path + ".tmp", "wb") as f:
+            f.write(ids)
+        os.replace(path + ".tmp", path)
         self.logger.warning("REPLICA(%s): adopted %d messages of incarnation %s", origin.address,
                             n, origin.incarnation)
         origin.store.destroy()
@@ -258,7 +282,15 @@ def handle_rsub(client: Any, params: list[bytes], body: Any) -> None:
     client.transport = None
     session = ReplicaSession(host, transport)
     transport.set_protocol(session)
+    try:
+        adopted = host.take_adopted(address, incarnation)
+    except OSError as err:
+        host.logger.error("REPLICA(%s): cannot read the adopted ids - %s", address, err)
+        adopted = b""
     origin = host.attach(address, incarnation, http_port, session)
     session.origin = origin
+    for i in range(0, len(adopted), ADOPTED_FRAME_IDS * 16):  # before OK: applied first
+        transport.write(encode_response(b"ADOPTED " + adopted[i:i + ADOPTED_FRAME_IDS * 16]))
     transport.write(encode_response(b"OK " + orjson.dumps(
-        {"incarnation": incarnation, "messages": len(origin.store.live)})))
+        {"incarnation": incarnation, "messages": len(origin.store.live),
+         "adopted": len(adopted) // 16})))

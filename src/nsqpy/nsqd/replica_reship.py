@@ -1,4 +1,12 @@
-"""What the origin ships again when its link comes up: every message it holds, owed as of now.
+"""What the origin does when its link comes up: drop what the peer adopted, re-ship the rest.
+
+**Adopted**: after a failover the peer delivered our unfinished messages; when we come back with
+the same data directory it sends their ids before its ``OK`` and we drop them from our queues
+(memory, deferred, and disk queues rewritten in place, order kept), so they are not handed out a
+second time in bulk. Messages in flight to consumers at that moment are left alone (a FIN must
+still find them); the few that time out are the duplicates docs/replication.md counts.
+
+**Re-ship**: every message still held goes to the peer again, owed as of now.
 
 Why: the peer may have lost its copy (killed with its data directory) or never received what was
 accepted while the link was down (degraded mode). Re-shipping each held message with its current
@@ -55,6 +63,48 @@ def peek_disk_queue(dq: Any) -> Iterator[tuple]:
             off += 4 + size
             left -= 1
         num, pos = num + 1, 0
+
+
+def drop_adopted(nsqd: "NSQD", ids: set[bytes]) -> int:
+    """Remove the adopted ids from every queue; returns how many queue entries were dropped."""
+    import heapq
+
+    dropped = 0
+    for topic in list(nsqd.topics.values()):
+        queues = [topic] + [c for c in topic.channels.values()]
+        for q in queues:
+            if q.ephemeral:
+                continue
+            before = len(q.mem)
+            kept = [it for it in q.mem if it[0] not in ids]
+            if len(kept) != before:
+                q.mem.clear()
+                q.mem.extend(kept)
+                dropped += before - len(kept)
+            deferred = getattr(q, "deferred", None)
+            if deferred:
+                kept_d = [d for d in deferred if d[2][0] not in ids]
+                dropped += len(deferred) - len(kept_d)
+                heapq.heapify(kept_d)
+                q.deferred[:] = kept_d
+            dropped += _filter_disk_queue(q.backend, ids)
+    return dropped
+
+
+def _filter_disk_queue(dq: Any, ids: set[bytes]) -> int:
+    """Rotate the queue once through itself, leaving out the ids (FIFO order is kept)."""
+    left = getattr(dq, "depth", 0)
+    dropped = 0
+    while left > 0:
+        batch = dq.get_many(min(left, 10000))
+        if not batch:
+            break
+        left -= len(batch)
+        keep = [raw for raw in batch if raw[10:26] not in ids]
+        dropped += len(batch) - len(keep)
+        if keep:
+            dq.put_many(keep)
+    return dropped
 
 
 def reship_records(nsqd: "NSQD", logger: Any = None) -> list[bytes]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..common.addr import split_host_port
 from ..protocol.commands import MAGIC_V2
 from ..protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
-from .replica_reship import reship_records
+from .replica_reship import drop_adopted, reship_records
 from ..protocol.replication import (
     CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msg, enc_pumped, enc_sync,
     enc_topic_del, encode_batch, encode_rsub, parse_ack,
@@ -97,7 +97,10 @@ class _Link(asyncio.Protocol):
             if ftype != FRAME_TYPE_RESPONSE:
                 continue
             if not self.up:
-                if payload.startswith(b"OK"):
+                if payload.startswith(b"ADOPTED "):  # the peer delivered these after failover
+                    self.rep.adopted_ids.update(payload[i:i + 16]
+                                                for i in range(8, len(payload) - 15, 16))
+                elif payload.startswith(b"OK"):
                     self.up = True
                     self.rep._link_up(self)
                 continue
@@ -142,6 +145,8 @@ class Replicator:
         self.degraded_messages = 0
         self.events_dropped = False
         self.connects = 0
+        self.adopted_ids: set[bytes] = set()
+        self.skipped_adopted = 0
 
     # --- hooks (synchronous, from topics/channels/nsqd) -----------------------------------------
 
@@ -319,6 +324,12 @@ class Replicator:
         self.connects += 1
         self.logger.info("REPLICATION: linked to peer %s (incarnation %s)", self.peer,
                          self.incarnation)
+        if self.adopted_ids:
+            ids, self.adopted_ids = self.adopted_ids, set()
+            n = drop_adopted(self.nsqd, ids)
+            self.skipped_adopted += n
+            self.logger.warning("REPLICATION: peer %s had adopted %d of our messages after a "
+                                "failover; %d dropped from our queues", self.peer, len(ids), n)
         resend, self._resend = self._resend, []
         self._degraded_bytes = 0
         channels = {t.name: {c.name for c in t.channels.values() if not c.ephemeral}
@@ -371,7 +382,8 @@ class Replicator:
                 "ack": "sync" if self.sync else "async", "state": self.state,
                 "shipped_messages": self.shipped_messages, "acked_batches": self.acked_batches,
                 "unacked_batches": len(self._inflight), "unacked_bytes": self._unacked_bytes,
-                "degraded_messages": self.degraded_messages, "events_dropped": self.events_dropped}
+                "degraded_messages": self.degraded_messages, "events_dropped": self.events_dropped,
+                "skipped_adopted": self.skipped_adopted}
 
 
 def _late_reply(client: Any, frame: bytes) -> None:
