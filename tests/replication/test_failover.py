@@ -45,6 +45,21 @@ def publish_and_consume_some(a, b, topic: str) -> set[bytes]:
     return set(bodies) - finished
 
 
+def start_pair(nsqd_factory, lookupd, *origin_flags: str):
+    """Peer b (failover after 2 s) and origin a replicating to it, both registered with lookupd."""
+    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=2s", lk)
+    a = nsqd_factory(f"--replicate-to={b.tcp_address}", *origin_flags, lk)
+    wait_for(lambda: linked(a), what="link up")
+    return a, b, lk
+
+
+def wait_adopted(node, topic: str) -> None:
+    wait_for(lambda: any(t["topic_name"] == topic
+                         for t in get_json(node, "/stats?format=json")["topics"]),
+             timeout=15, what="adoption")
+
+
 async def consume_all(lookupd, topic: str, expected: set[bytes], timeout: float) -> list[bytes]:
     got: list[bytes] = []
 
@@ -63,16 +78,11 @@ async def consume_all(lookupd, topic: str, expected: set[bytes], timeout: float)
 
 
 def test_kill9_origin_peer_adopts_after_timeout(nsqd_factory, lookupd):
-    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
-    b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=2s", lk)
-    a = nsqd_factory(f"--replicate-to={b.tcp_address}", "--sync-every=1", lk)
-    wait_for(lambda: linked(a), what="link up")
+    a, b, _ = start_pair(nsqd_factory, lookupd, "--sync-every=1")
     topic = unique_name()
     owed = publish_and_consume_some(a, b, topic)
     a.kill9()
-    wait_for(lambda: any(t["topic_name"] == topic
-                         for t in get_json(b, "/stats?format=json")["topics"]),
-             timeout=15, what="adoption")
+    wait_adopted(b, topic)
     stats = get_json(b, f"/stats?format=json&topic={topic}")
     [t] = stats["topics"]
     assert [c["channel_name"] for c in t["channels"]] == ["c"]
@@ -105,10 +115,7 @@ def test_operator_adopts_at_once(nsqd_factory, lookupd):
 
 @pytest.mark.parametrize("mem", ["10000", "0"], ids=["memory", "disk"])
 def test_peer_loses_its_data_and_the_origin_re_replicates(nsqd_factory, lookupd, mem):
-    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
-    b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=2s", lk)
-    a = nsqd_factory(f"--replicate-to={b.tcp_address}", f"--mem-queue-size={mem}", lk)
-    wait_for(lambda: linked(a), what="link up")
+    a, b, lk = start_pair(nsqd_factory, lookupd, f"--mem-queue-size={mem}")
     topic = unique_name()
     owed = publish_and_consume_some(a, b, topic)
     b.kill9()
@@ -123,9 +130,7 @@ def test_peer_loses_its_data_and_the_origin_re_replicates(nsqd_factory, lookupd,
         # everything the origin still holds (queued and in flight) is on the new peer again
         wait_for(lambda: replica(b2, topic).get("messages") == 170, what="re-replicated")
         a.kill9()
-        wait_for(lambda: any(t["topic_name"] == topic
-                             for t in get_json(b2, "/stats?format=json")["topics"]),
-                 timeout=15, what="adoption")
+        wait_adopted(b2, topic)
         got = asyncio.run(consume_all(lookupd, topic, owed, 30))
         assert owed <= set(got), f"lost {len(owed - set(got))}"
     finally:
@@ -133,17 +138,12 @@ def test_peer_loses_its_data_and_the_origin_re_replicates(nsqd_factory, lookupd,
 
 
 def test_origin_returning_after_failover_skips_what_the_peer_adopted(nsqd_factory, lookupd):
-    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
-    b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=2s", lk)
-    a = nsqd_factory(f"--replicate-to={b.tcp_address}", "--mem-queue-size=100", lk)
-    wait_for(lambda: linked(a), what="link up")
+    a, b, lk = start_pair(nsqd_factory, lookupd, "--mem-queue-size=100")
     topic = unique_name()
     # 150 owed: 40 in memory and 10 in flight (gone with the kill -9), 100 on disk (kept)
     owed = publish_and_consume_some(a, b, topic)
     a.kill9()
-    wait_for(lambda: any(t["topic_name"] == topic
-                         for t in get_json(b, "/stats?format=json")["topics"]),
-             timeout=15, what="adoption")
+    wait_adopted(b, topic)
     # the origin comes back with its data directory: its disk queue still holds 100
     a2 = a.restart(f"--replicate-to={b.tcp_address}", "--mem-queue-size=100", lk)
     try:
