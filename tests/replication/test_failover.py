@@ -149,7 +149,9 @@ def test_origin_returning_after_failover_skips_what_the_peer_adopted(nsqd_factor
     try:
         wait_for(lambda: linked(a2), timeout=15, what="relink")
         rep = get_json(a2, "/stats?format=json")["replication"]
-        assert rep["skipped_adopted"] == 100  # not handed out a second time
+        # not handed out a second time (> 100 when the topic's own disk queue, whose read position
+        # was not synced before the kill, hands the pumped ones out again after the restart)
+        assert rep["skipped_adopted"] >= 100
         [t] = get_json(a2, f"/stats?format=json&topic={topic}")["topics"]
         assert t["channels"][0]["depth"] == 0
         got = asyncio.run(consume_all(lookupd, topic, owed, 30))
