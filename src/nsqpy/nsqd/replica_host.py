@@ -206,7 +206,7 @@ class ReplicaSession(asyncio.Protocol):
         for batch in batches:
             if batch.records:
                 try:
-                    store.append(batch.records)
+                    store.append(batch.records, defer_sync=True)
                 except ReplicationError as err:
                     self._fail(f"{E_INVALID} {err}")
                     return
@@ -218,6 +218,12 @@ class ReplicaSession(asyncio.Protocol):
             if batch.acked:
                 top = batch.seq
         if top >= 0:
+            try:
+                store.sync()  # one fsync (with --sync-every=1) for every batch of this read
+            except OSError as err:
+                self.host.logger.error("REPLICA(%s): cannot sync - %s", origin.address, err)
+                self._fail(f"E_REPLICA_FAILED {err}")
+                return
             self.transport.write(encode_response(encode_ack(top)))
 
     def _fail(self, text: str) -> None:

@@ -57,6 +57,7 @@ class ReplicaStore:
         self._seg_size: dict[int, int] = {}
         self.segments: list[int] = []
         self._fd = -1
+        self._unsynced = False
         os.makedirs(path, exist_ok=True)
         self._replay()
         if not self.segments:
@@ -69,6 +70,7 @@ class ReplicaStore:
 
     def _open_segment(self, seg: int) -> None:
         if self._fd >= 0:
+            self.sync()
             os.close(self._fd)
         self._fd = os.open(self._file(seg), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.segments.append(seg)
@@ -85,7 +87,7 @@ class ReplicaStore:
     def disk_bytes(self) -> int:
         return sum(self._seg_size.values())
 
-    def _write(self, payload: bytes) -> int:
+    def _write(self, payload: bytes, defer_sync: bool = False) -> int:
         """Append one entry to the current segment; returns its offset."""
         seg = self.current
         off = self._seg_size[seg]
@@ -95,7 +97,10 @@ class ReplicaStore:
             os.ftruncate(self._fd, off)
             raise OSError(28, "short write to replica log")
         if self.fsync:
-            os.fsync(self._fd)
+            if defer_sync:
+                self._unsynced = True
+            else:
+                os.fsync(self._fd)
         self._seg_size[seg] = off + len(data)
         return off
 
@@ -139,11 +144,12 @@ class ReplicaStore:
 
     # --- appending -----------------------------------------------------------------------------
 
-    def append(self, payload: bytes) -> None:
+    def append(self, payload: bytes, defer_sync: bool = False) -> None:
         """Store one batch (raises ReplicationError before writing if it is malformed, OSError
-        if the disk refuses it), then drop what it finished and keep the log bounded."""
+        if the disk refuses it), then drop what it finished and keep the log bounded.
+        ``defer_sync``: the caller calls :meth:`sync` before acknowledging (group commit)."""
         records = decode_records(payload)
-        off = self._write(payload)
+        off = self._write(payload, defer_sync)
         self._apply(records, self.current, off)
         if self._seg_size[self.current] >= self.segment_bytes:
             self._open_segment(self.current + 1)
@@ -286,6 +292,12 @@ class ReplicaStore:
             e[_SEG], e[_OFF] = cur, off
             self._seg_live[cur] += 1
             self._seg_live_bytes[cur] += e[_SIZE]
+
+    def sync(self) -> None:
+        """fsync what ``append(..., defer_sync=True)`` wrote (one fsync for many batches)."""
+        if self._unsynced:
+            self._unsynced = False
+            os.fsync(self._fd)
 
     # --- reading -------------------------------------------------------------------------------
 

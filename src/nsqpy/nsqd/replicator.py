@@ -42,6 +42,7 @@ ACK_TIMEOUT = 5.0               # no ack progress for this long (with batches un
 MAX_UNACKED_BYTES = 64 << 20    # async: past this much unacked, publishes are not shipped
 MAX_DEGRADED_BYTES = 16 << 20   # small records kept while the link is down
 RESHIP_BATCH_BYTES = 1 << 20
+SYNC_WINDOW = 4  # sync mode: batches in flight before new records wait for an ack (bigger batches)
 
 
 def load_incarnation(data_path: str) -> str:
@@ -242,10 +243,12 @@ class Replicator:
             self._flush_fins()
         if not self._parts:
             return
+        link = self.link
+        if self.sync and link is not None and len(self._inflight) >= SYNC_WINDOW:
+            return  # group commit: shipped with whatever else arrives, when an ack comes
         records = b"".join(self._parts)
         self._parts = []
         waiters, self._waiters = self._waiters, []
-        link = self.link
         if link is None or link.transport is None:
             self._keep_while_down(records)
             for w in waiters:
@@ -282,6 +285,8 @@ class Replicator:
             done.extend(waiters)
         for w in done:
             w()
+        if (self._parts or self._fins) and not self._ship_scheduled:
+            self._ship()  # what waited for room in the window
 
     # --- the link's life -----------------------------------------------------------------------
 
