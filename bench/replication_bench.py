@@ -50,6 +50,13 @@ def start_nsqd(binary: str, tmp: str, name: str, *extra: str) -> tuple[subproces
     return proc, tcp, http
 
 
+def cpu_seconds(proc: subprocess.Popen) -> float:
+    """user+system CPU time of a process: a cost per message that survives a busy machine."""
+    with open(f"/proc/{proc.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def paced_pub_latency(addr: str, topic: str, rate: int, seconds: float, result: mp.Queue) -> None:
     """PUB at ``rate``; the latency of each is the time until its OK."""
     s = _connect(addr)
@@ -105,8 +112,12 @@ def run_mode(mode: str, args, tmp: str) -> None:
         topic = f"rbench_{mode}_{int(time.time())}"
         create_channel(tcp, topic)
         q: mp.Queue = mp.Queue()
+        cpu0 = cpu_seconds(origin), cpu_seconds(peer)
         n, secs = run_pub(tcp, topic, args.messages, 2, q)
-        print(f"{mode:<6} publish (MPUB 200x200B, 2 conns)  {n / secs:>10,.0f} msgs/s")
+        time.sleep(0.5 if mode == "async" else 0.0)  # the peer catches up
+        cpu = [(cpu_seconds(p) - c) / n * 1e6 for p, c in zip((origin, peer), cpu0)]
+        print(f"{mode:<6} publish (MPUB 200x200B, 2 conns)  {n / secs:>10,.0f} msgs/s   CPU per "
+              f"message: origin {cpu[0]:.2f} us, peer {cpu[1]:.2f} us")
         lat_topic = topic + "_lat"
         create_channel(tcp, lat_topic)
         p = mp.Process(target=paced_pub_latency, args=(tcp, lat_topic, args.rate, 5.0, q))

@@ -26,6 +26,9 @@ def test_every_record_round_trips():
         r.enc_topic_del("t"),
         r.enc_sync({"t": {"a", "b"}, "u": set()}),
         r.enc_attempts("t", MID, 7),
+        r.enc_marker(r.RESHIP_BEGIN),
+        r.enc_marker(r.RESHIP_END),
+        r.enc_topic_del("t", held_only=True),
     ])
     recs = r.decode_records(batch)
     assert recs == [
@@ -39,6 +42,9 @@ def test_every_record_round_trips():
         r.TopicDel("t"),
         r.Sync({"t": frozenset({"a", "b"}), "u": frozenset()}),
         r.Attempts("t", MID, 7),
+        r.Marker(r.RESHIP_BEGIN),
+        r.Marker(r.RESHIP_END),
+        r.TopicDel("t", True),
     ]
 
 

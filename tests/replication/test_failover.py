@@ -159,3 +159,25 @@ def test_origin_returning_after_failover_skips_what_the_peer_adopted(nsqd_factor
         assert len(got) == len(set(got)), "duplicates"
     finally:
         a2.stop()
+
+
+def test_origin_restarted_before_the_timeout_gets_its_lost_messages_delivered(nsqd_factory,
+                                                                                lookupd):
+    """kill -9 loses the origin's memory queues; it is back before any failover, and what only
+    the peer still holds is delivered by the peer."""
+    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    b = nsqd_factory("--accept-replicas", "--replication-failover-timeout=600s", lk)
+    a = nsqd_factory(f"--replicate-to={b.tcp_address}", lk)
+    wait_for(lambda: linked(a), what="link up")
+    topic = unique_name()
+    owed = publish_and_consume_some(a, b, topic)  # all 150 were in memory on a
+    a.kill9()
+    a2 = a.restart(f"--replicate-to={b.tcp_address}", lk)
+    try:
+        wait_for(lambda: linked(a2), timeout=15, what="relink")
+        wait_adopted(b, topic)
+        got = asyncio.run(consume_all(lookupd, topic, owed, 30))
+        assert owed <= set(got), f"lost {len(owed - set(got))}"
+        assert len(got) == len(set(got))
+    finally:
+        a2.stop()

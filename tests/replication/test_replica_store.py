@@ -182,3 +182,23 @@ def test_topic_empty_drops_only_held_messages(tmp_path):
     pub(s, "t", [2], held=True)
     s.append(r.enc_topic_del("t", held_only=True))
     assert set(s.live) == {mid(1)}
+
+
+def test_what_a_complete_reship_leaves_out_is_handed_over_as_orphans(tmp_path):
+    s = ReplicaStore(str(tmp_path))
+    add(s, "t", "a", "b")
+    pub(s, "t", [1, 2, 3], body=b"lost?")
+    fin(s, "t", "a", [2])
+    # the origin restarted: it re-ships only 1 (it lost 2 and 3 with its memory)
+    s.append(r.enc_marker(r.RESHIP_BEGIN)
+             + r.enc_msg_owed("t", mid(1), 1, 0, 0, {"a", "b"}, b"lost?")
+             + r.enc_msg("t", mid(9), 1, 0, 0, False, b"new")
+             + r.enc_marker(r.RESHIP_END))
+    got = {m.id: (o, m.body) for m, o, _, _ in s.orphans}
+    assert got == {mid(2): ({"b"}, b"lost?"), mid(3): ({"a", "b"}, b"lost?")}
+    assert set(s.live) == {mid(1), mid(9)}
+    s.close()
+    s2 = ReplicaStore(str(tmp_path))  # replay: the same outcome, nothing handed over twice
+    assert set(s2.live) == {mid(1), mid(9)} and s2.orphans == []
+    s2.append(r.enc_marker(r.RESHIP_END))  # an END without a BEGIN: nothing
+    assert set(s2.live) == {mid(1), mid(9)}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from ..common.addr import split_host_port
 
@@ -29,10 +29,15 @@ PROBE_INTERVAL = 1.0
 
 def adopt_store(nsqd: "NSQD", store: "ReplicaStore") -> int:
     """Hand every live message of ``store`` to this node's topics/channels; returns the count."""
+    return adopt_messages(nsqd, store.messages())
+
+
+def adopt_messages(nsqd: "NSQD", messages: Iterable[tuple]) -> int:
+    """Deliver replicated messages ``(record, owed, attempts, due_ns)`` from this node."""
     now_ns, now = time.time_ns(), time.monotonic()
     per_channel: dict[tuple[str, str], list[tuple]] = {}
     n = 0
-    for rec, owed, attempts, due_ns in store.messages():
+    for rec, owed, attempts, due_ns in messages:
         msg = (rec.id, rec.body, rec.timestamp, attempts)
         n += 1
         if owed is None:  # still queued at the origin's topic: every channel gets it

@@ -217,6 +217,8 @@ class ReplicaSession(asyncio.Protocol):
                 origin.batches += 1
             if batch.acked:
                 top = batch.seq
+        if store.orphans:
+            self._deliver_orphans(origin)
         if top >= 0:
             try:
                 store.sync()  # one fsync (with --sync-every=1) for every batch of this read
@@ -225,6 +227,17 @@ class ReplicaSession(asyncio.Protocol):
                 self._fail(f"E_REPLICA_FAILED {err}")
                 return
             self.transport.write(encode_response(encode_ack(top)))
+
+    def _deliver_orphans(self, origin: Origin) -> None:
+        """The origin re-shipped all it holds and these were not among them: it lost them
+        (killed and restarted within the failover timeout), so we deliver them."""
+        from .replica_failover import adopt_messages
+
+        orphans, origin.store.orphans = origin.store.orphans, []
+        n = adopt_messages(self.host.nsqd, orphans)
+        self.host.adopted += n
+        self.host.logger.warning("REPLICA(%s): the origin no longer holds %d replicated messages "
+                                 "(restarted?); delivering them from here", origin.address, n)
 
     def _fail(self, text: str) -> None:
         if self.transport is not None:

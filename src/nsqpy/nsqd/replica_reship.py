@@ -6,7 +6,10 @@ the same data directory it sends their ids before its ``OK`` and we drop them fr
 second time in bulk. Messages in flight to consumers at that moment are left alone (a FIN must
 still find them); the few that time out are the duplicates docs/replication.md counts.
 
-**Re-ship**: every message still held goes to the peer again, owed as of now.
+**Re-ship**: every message still held goes to the peer again, owed as of now, between two markers;
+when the list is complete, whatever the peer holds and was not re-shipped is something we lost (we
+were killed and restarted before the failover timeout, losing our memory queues), and the peer
+delivers it itself.
 
 Why: the peer may have lost its copy (killed with its data directory) or never received what was
 accepted while the link was down (degraded mode). Re-shipping each held message with its current
@@ -27,7 +30,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..protocol.message import decode_message
-from ..protocol.replication import enc_msg, enc_msg_owed
+from ..protocol.replication import RESHIP_BEGIN, RESHIP_END, enc_marker, enc_msg, enc_msg_owed
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -109,7 +112,7 @@ def _filter_disk_queue(dq: Any, ids: set[bytes]) -> int:
 
 def reship_records(nsqd: "NSQD", logger: Any = None) -> list[bytes]:
     """Every message the node holds (memory, disk, in flight, deferred), with its owed state."""
-    out: list[bytes] = []
+    out: list[bytes] = [enc_marker(RESHIP_BEGIN)]
     total = skipped = 0
     now, now_ns = time.monotonic(), time.time_ns()
 
@@ -151,7 +154,10 @@ def reship_records(nsqd: "NSQD", logger: Any = None) -> list[bytes]:
                     total += len(m[1])
         for mid, (m, due, names) in owed.items():
             out.append(enc_msg_owed(name, mid, m[2], m[3], due, names, m[1]))
-    if skipped and logger is not None:
-        logger.warning("REPLICATION: %d messages beyond %d MiB not re-shipped", skipped,
-                       MAX_RESHIP_BYTES >> 20)
+    if skipped:
+        if logger is not None:
+            logger.warning("REPLICATION: %d messages beyond %d MiB not re-shipped", skipped,
+                           MAX_RESHIP_BYTES >> 20)
+    else:  # complete: the peer may treat what it holds beyond this as lost by us
+        out.append(enc_marker(RESHIP_END))
     return out

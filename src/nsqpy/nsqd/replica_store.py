@@ -29,7 +29,7 @@ import zlib
 from typing import Iterator
 
 from ..protocol.replication import (
-    CHAN_ADD, OWED_HELD, Attempts, ChanEvent, Fin, Msg, Pumped, Record,
+    CHAN_ADD, OWED_HELD, RESHIP_BEGIN, Attempts, ChanEvent, Fin, Marker, Msg, Pumped, Record,
     ReplicationError, Sync, TopicDel, decode_records, enc_msg, enc_msg_owed, enc_sync,
 )
 
@@ -58,10 +58,17 @@ class ReplicaStore:
         self.segments: list[int] = []
         self._fd = -1
         self._unsynced = False
+        # ids re-shipped since RESHIP_BEGIN; at RESHIP_END the live ids not among them are what
+        # the origin lost (a crash-restart): ``orphans`` hands them to the host for delivery
+        self._reshipped: set[bytes] | None = None
+        self.orphans: list[tuple] = []
+        self._replaying = True
         os.makedirs(path, exist_ok=True)
         self._replay()
         if not self.segments:
             self._open_segment(0)
+        self._replaying = False
+        self.orphans = []  # found again by replay: delivered when they were first found
 
     # --- files ---------------------------------------------------------------------------------
 
@@ -163,6 +170,8 @@ class ReplicaStore:
             kind = type(rec)
             if kind is Msg:
                 topic, mid, _, attempts, due_ns, owed, body = rec
+                if self._reshipped is not None:
+                    self._reshipped.add(mid)
                 if owed.__class__ is int:
                     if mid in live:
                         continue  # a resend: the first copy stands
@@ -221,6 +230,12 @@ class ReplicaStore:
                 e = live.get(rec.id)
                 if e is not None and rec.attempts > e[_ATT]:
                     e[_ATT] = rec.attempts
+            elif kind is Marker:
+                if rec.kind == RESHIP_BEGIN:
+                    self._reshipped = set()
+                elif self._reshipped is not None:
+                    self._take_orphans(self._reshipped)
+                    self._reshipped = None
             channels_get = self.channels.get  # a SYNC replaces the map
         if added:
             self._count(seg, added, added_bytes)
@@ -229,6 +244,15 @@ class ReplicaStore:
         self._seg_live[seg] += n
         self._seg_live_bytes[seg] += nbytes
         self.live_bytes += nbytes
+
+    def _take_orphans(self, reshipped: set[bytes]) -> None:
+        lost = {mid for mid in self.live if mid not in reshipped}
+        if not lost:
+            return
+        if not self._replaying:
+            self.orphans.extend(m for m in self.messages() if m[0].id in lost)
+        for mid in lost:
+            self._drop(mid)
 
     def _forget_channels(self, topic: str, keep: frozenset) -> None:
         """Channels gone from the topic owe nothing any more."""

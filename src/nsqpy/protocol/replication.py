@@ -30,6 +30,8 @@ TOPIC_DEL = 6   # a topic was deleted (or emptied of its topic-held messages)
 SYNC = 7        # the full channel map (sent at link start; heads every replica log segment)
 ATTEMPTS = 8    # a message's delivery attempts (REQ / timeout), so adoption keeps them
 TOPIC_EMPTY = 9  # the topic's held messages were dropped (/topic/empty)
+RESHIP_BEGIN = 10  # the origin re-ships everything it holds from here...
+RESHIP_END = 11    # ...to here: what the peer holds and was not re-shipped, the origin lost
 
 # how a MSG record's owed channel set is known
 OWED_CHANNELS = 0  # the topic's channels at this point of the stream (the common case)
@@ -85,13 +87,17 @@ class Sync(NamedTuple):
     channels: dict  # topic -> frozenset of channel names
 
 
+class Marker(NamedTuple):
+    kind: int  # RESHIP_BEGIN or RESHIP_END
+
+
 class Attempts(NamedTuple):
     topic: str
     id: bytes
     attempts: int
 
 
-Record = Union[Msg, Fin, ChanEvent, Pumped, TopicDel, Sync, Attempts]
+Record = Union[Msg, Fin, ChanEvent, Pumped, TopicDel, Sync, Attempts, Marker]
 
 
 def _name(s: str) -> bytes:
@@ -143,6 +149,10 @@ def enc_sync(channels: dict) -> bytes:
         names = sorted(channels[topic])
         parts += [_name(topic), _U16.pack(len(names)), *map(_name, names)]
     return b"".join(parts)
+
+
+def enc_marker(kind: int) -> bytes:
+    return bytes((kind,))
 
 
 def enc_attempts(topic: str, mid: bytes, attempts: int) -> bytes:
@@ -249,6 +259,8 @@ def decode_records(buf: bytes | memoryview) -> list[Record]:
                 append(Sync({r.name(): r.names() for _ in range(count)}))
             elif kind == ATTEMPTS:
                 append(Attempts(r.name(), r.take(16), r.u16()))
+            elif kind == RESHIP_BEGIN or kind == RESHIP_END:
+                append(Marker(kind))
             else:
                 raise ReplicationError(f"unknown record kind {kind}")
             pos = r.pos
