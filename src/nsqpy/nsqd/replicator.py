@@ -335,7 +335,12 @@ class Replicator:
             self.skipped_adopted += n
             self.logger.warning("REPLICATION: peer %s had adopted %d of our messages after a "
                                 "failover; %d dropped from our queues", self.peer, len(ids), n)
-        resend, self._resend = self._resend, []
+        if self._fins:
+            self._flush_fins()
+        # records of this turn not shipped yet (FINs...) go before the re-ship: a message
+        # FINished while the link was down must not look lost to the peer
+        resend, self._resend = self._resend + self._parts, []
+        self._parts = []
         self._degraded_bytes = 0
         channels = {t.name: {c.name for c in t.channels.values() if not c.ephemeral}
                     for t in self.nsqd.topics.values() if not t.ephemeral}
