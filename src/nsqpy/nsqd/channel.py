@@ -215,6 +215,8 @@ class Channel:
             raise ClientError(E_FIN_FAILED, f"FIN {mid.decode(errors='replace')} failed "
                               f"{self._owner_error(client, mid)}")
         client.finish_count += 1
+        if self.nsqd.replicator is not None:
+            self.nsqd.replicator.finished(self, mid)
         if self.e2e is not None:
             self.e2e.add(_time_ns() - entry[2])
 
@@ -225,6 +227,7 @@ class Channel:
         pop = client.in_flight.pop
         e2e = self.e2e
         now_ns = _time_ns() if e2e is not None else 0
+        replicator = self.nsqd.replicator
         done = 0
         for mid in ids:
             entry = pop(mid, None)
@@ -235,6 +238,8 @@ class Channel:
                     client.out.append(encode_error(err.payload))
                 continue
             done += 1
+            if replicator is not None:
+                replicator.finished(self, mid)
             if e2e is not None:
                 e2e.add(now_ns - entry[2])
         client.finish_count += done
@@ -247,6 +252,8 @@ class Channel:
         client.requeue_count += 1
         self.requeue_count += 1
         msg = entry[:4]
+        if self.nsqd.replicator is not None:
+            self.nsqd.replicator.attempts(self, [msg])
         if self.max_attempts and not spent_ones_dead_lettered(self, [msg]):
             return  # delivered max_attempts times: moved to the dead-letter topic
         if delay <= 0:
@@ -282,6 +289,8 @@ class Channel:
             if expired:
                 msgs = [in_flight.pop(mid)[:4] for mid in expired]
                 self.timeout_count += len(msgs)
+                if self.nsqd.replicator is not None:
+                    self.nsqd.replicator.attempts(self, msgs)
                 if self.max_attempts:
                     msgs = spent_ones_dead_lettered(self, msgs)
                 self.requeue(msgs)
@@ -335,6 +344,8 @@ class Channel:
         for client in self.clients:
             client.in_flight.clear()
         self.backend.empty()
+        if self.nsqd.replicator is not None:  # owes nothing it had before
+            self.nsqd.replicator.channel_emptied(self)
 
     def close(self, flush: bool) -> None:
         """Stop the channel; with ``flush``, persist memory, in-flight and deferred messages."""

@@ -48,6 +48,7 @@ from ..protocol.fin_run import FIN_RUN
 from ..protocol.frames import CLOSE_WAIT_FRAME, HEARTBEAT_FRAME, OK_FRAME, encode_error, encode_response
 from ..protocol.names import is_valid_name
 from .channel import finish_run
+from .replica_host import handle_rsub
 from .stats import go_json
 from .tls import TLS_REQUIRED_FALSE, TLSInfo
 
@@ -857,7 +858,10 @@ class ClientV2(asyncio.Protocol):
         except OSError as err:
             raise FatalError(E_PUB_FAILED, f"PUB failed {err}") from None
         self._published(topic_name, 1)
-        self.out.append(OK_FRAME)
+        if self.nsqd.replicator is None:
+            self.out.append(OK_FRAME)
+        else:  # replication: the OK may wait for the peer's ack
+            self.nsqd.replicator.respond(self, OK_FRAME)
 
     def _mpub(self, params: list[bytes], bodies: list[bytes]) -> None:
         topic_name = params[1].decode("ascii")
@@ -870,7 +874,10 @@ class ClientV2(asyncio.Protocol):
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self._published(topic_name, len(bodies))
-        self.out.append(OK_FRAME)
+        if self.nsqd.replicator is None:
+            self.out.append(OK_FRAME)
+        else:
+            self.nsqd.replicator.respond(self, OK_FRAME)
 
     def _dpub(self, params: list[bytes], body: bytes) -> None:
         topic_name = params[1].decode("ascii")
@@ -882,7 +889,10 @@ class ClientV2(asyncio.Protocol):
         except OSError as err:
             raise FatalError(E_DPUB_FAILED, f"DPUB failed {err}") from None
         self._published(topic_name, 1)
-        self.out.append(OK_FRAME)
+        if self.nsqd.replicator is None:
+            self.out.append(OK_FRAME)
+        else:
+            self.nsqd.replicator.respond(self, OK_FRAME)
 
     # with --auth-http-address: the publish commands check authorizations first
 
@@ -905,6 +915,7 @@ _HANDLERS: dict[bytes, Callable[..., None]] = {
     b"MPUB": ClientV2._mpub, b"DPUB": ClientV2._dpub, b"NOP": ClientV2._nop,
     b"TOUCH": ClientV2._touch, b"SUB": ClientV2._sub, b"CLS": ClientV2._cls,
     b"AUTH": ClientV2._auth, b"IDENTIFY": ClientV2._identify, FIN_RUN: finish_run,
+    b"RSUB": handle_rsub,  # replication link (an unknown command unless --accept-replicas)
 }
 _AUTH_HANDLERS: dict[bytes, Callable[..., None]] = {
     **_HANDLERS, b"PUB": ClientV2._pub_authed, b"MPUB": ClientV2._mpub_authed,

@@ -56,6 +56,7 @@ from .bounded import Draining, QueueFull
 from .lifecycle_options import LIFECYCLE_CONFIG_KEYS
 from .metrics import routes as metrics_routes
 from .options import _TLS_VERSIONS, config_key_map, topology_set
+from .replica_failover import adopt_request, replication_acked
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -324,6 +325,7 @@ class HttpApi:
             R("PUT", "/debug/setblockrate", self.set_block_rate),
             R("POST", "/debug/freememory", self.free_memory),
             *metrics_routes(self.nsqd, R),
+            *([R("POST", "/replication/adopt", self.replication_adopt)] if nsqd.replicas else []),
         ])
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -514,6 +516,8 @@ class HttpApi:
                 raise HttpError(400, "INVALID_DEFER")
         msg = (self.nsqd.id_factory.next_id(), body, time.time_ns(), 0)
         self._put(topic, [msg], len(body), delay_ms / 1000.0)
+        if self.nsqd.replicator is not None:
+            await replication_acked(self.nsqd)
         return _text("OK")
 
     async def mpub(self, request: web.Request, _: str) -> web.Response:
@@ -537,6 +541,8 @@ class HttpApi:
         ts = time.time_ns()
         msgs = [(mid, b, ts, 0) for mid, b in zip(ids, bodies)]
         self._put(topic, msgs, sum(map(len, bodies)))
+        if self.nsqd.replicator is not None:
+            await replication_acked(self.nsqd)
         return _text("OK")
 
     async def topic_create(self, request: web.Request, _: str) -> web.Response:
@@ -602,6 +608,10 @@ class HttpApi:
             channel.pause()
         self._persist_metadata()
         return _empty()
+
+    async def replication_adopt(self, request: web.Request, _: str) -> web.Response:
+        status, doc = adopt_request(self.nsqd, _first(_query(request), "origin"))
+        return _json(doc, status)
 
     async def stats(self, request: web.Request, _: str) -> web.Response:
         query = _query(request)

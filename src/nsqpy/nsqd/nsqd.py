@@ -64,6 +64,8 @@ class NSQD:
         self._started = False  # metadata loaded: shutdown persists and flushes
         self._loading = False
         self._persist_scheduled = False
+        self.replicator: Any = None  # replicator.Replicator with --replicate-to
+        self.replicas: Any = None  # replica_host.ReplicaHost with --accept-replicas
         self.lookup = LookupdPeers(options.lookupd_tcp_address, self.lookupd_identity,
                                    self.registrations, logger,
                                    max_body_size=options.max_body_size)
@@ -142,14 +144,20 @@ class NSQD:
     def on_topic_deleted(self, topic: Topic) -> None:
         self.lookup.unregister(topic.name)
         self._schedule_persist(topic.ephemeral)
+        if self.replicator is not None:
+            self.replicator.topic_deleted(topic)
 
     def on_channel_created(self, topic: Topic, channel: "Channel") -> None:
         self.lookup.register(topic.name, channel.name)
         self._schedule_persist(channel.ephemeral)
+        if self.replicator is not None:
+            self.replicator.channel_created(channel)
 
     def on_channel_deleted(self, topic: Topic, channel: "Channel") -> None:
         self.lookup.unregister(topic.name, channel.name)
         self._schedule_persist(channel.ephemeral)
+        if self.replicator is not None:
+            self.replicator.channel_deleted(channel)
 
     def _forget_task(self, task: asyncio.Task) -> None:
         try:
@@ -338,6 +346,10 @@ class NSQD:
         self.tls_context = server_context(opts)
         self.auth = AuthClient.from_options(opts, self.logger)
         self._lock.acquire()
+        if opts.replicate_to or opts.accept_replicas:
+            from .replica_host import setup_replication
+
+            setup_replication(self)
         self.load_metadata()
         self.persist_metadata()
         self._started = True
@@ -367,6 +379,10 @@ class NSQD:
         if statsd_task is not None:
             self._tasks.append(statsd_task)
         self.lookup.start()
+        if self.replicator is not None:
+            self.replicator.start()
+        if self.replicas is not None:
+            self.replicas.start()
         install_drain_signal(self)
 
     async def shutdown(self) -> None:
@@ -392,6 +408,10 @@ class NSQD:
                 self.persist_metadata()
             except OSError as err:
                 self.logger.error("failed to persist metadata - %s", err)
+        if self.replicator is not None:
+            await self.replicator.close()
+        if self.replicas is not None:
+            self.replicas.close()
         self.logger.info("NSQ: closing topics")
         for topic in list(self.topics.values()):
             topic.close(flush=True)

@@ -41,6 +41,12 @@ def _tls_min_version(raw: str) -> str:
     return t
 
 
+def _replication_ack(raw: str) -> str:
+    if raw not in ("sync", "async"):
+        raise ValueError(f"--replication-ack must be sync or async, not {raw!r}")
+    return raw
+
+
 def build_flagset() -> FlagSet:
     host = socket.gethostname()
     fs = FlagSet("nsqd")
@@ -109,6 +115,14 @@ def build_flagset() -> FlagSet:
         F("deflate", True, "enable deflate feature negotiation (client compression)", kind="bool"),
         F("max-deflate-level", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)", kind="int"),
         F("snappy", True, "enable snappy feature negotiation (client compression)", kind="bool"),
+        # replication (nsqpy, opt-in; docs/replication.md)
+        F("replicate-to", "", "<addr>:<port> of a peer nsqd's TCP listener that stores a replica of every message (nsqpy)"),
+        F("replication-ack", "sync", "sync: a publish is answered after the peer stored it; async: at once (nsqpy)",
+          parse=_replication_ack),
+        F("replication-failover-timeout", 15.0, "how long an origin must be unreachable before its replica is adopted (nsqpy)",
+          kind="duration"),
+        F("accept-replicas", False, "accept replication links from other nsqd (implied by --replicate-to) (nsqpy)",
+          kind="bool"),
         F("metrics", True, "serve Prometheus metrics at GET /metrics on the HTTP(S) listeners "
           "(nsqpy addition; --metrics=false to turn off)", kind="bool"),
         F("enable-experiment", [], "enable experimental feature (may be given multiple times) (valid options: \"topology-aware-consumption\")",

@@ -276,6 +276,10 @@ def stats_document(nsqd: "NSQD", topics: list[dict] | None, producers: list[dict
     if memory is not None:
         doc["memory"] = memory
     doc["producers"] = producers
+    if nsqd.replicator is not None:  # nsqpy replication (opt-in): absent otherwise
+        doc["replication"] = nsqd.replicator.stats()
+    if nsqd.replicas is not None:
+        doc["replicas"] = nsqd.replicas.stats()
     return doc
 
 

@@ -60,12 +60,15 @@ class Topic:
         """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED)."""
         if self.guard is not None:
             self.guard(self)  # drain / full bounded queue: raises an OSError subclass
-        if self._flowing() and not self.mem and not self.backend.depth:
+        held = not (self._flowing() and not self.mem and not self.backend.depth)
+        if not held:
             for channel in self.channels.values():
                 channel.put_many(msgs)
         else:
             self._enqueue(msgs)
             self._schedule_pump()
+        if self.nsqd.replicator is not None and not self.ephemeral:
+            self.nsqd.replicator.published(self, msgs, held)
         self.message_count += len(msgs)
         self.message_bytes += nbytes
 
@@ -73,12 +76,15 @@ class Topic:
         if self.guard is not None:
             self.guard(self)
         due = _monotonic() + delay
-        if self._flowing() and not self.mem and not self.backend.depth:
+        held = not (self._flowing() and not self.mem and not self.backend.depth)
+        if not held:
             for channel in self.channels.values():
                 channel.put_deferred(msg, due)
         else:
             self._enqueue([msg + (due,)])
             self._schedule_pump()
+        if self.nsqd.replicator is not None and not self.ephemeral:
+            self.nsqd.replicator.published(self, [msg], held, time.time_ns() + int(delay * 1e9))
         self.message_count += 1
         self.message_bytes += len(msg[1])
 
@@ -152,6 +158,8 @@ class Topic:
                                        self.name, channel.name, err)
             for it in deferred:
                 channel.put_deferred(it[:4], it[4])
+        if self.nsqd.replicator is not None and batch and not self.ephemeral:
+            self.nsqd.replicator.pumped(self, [it[0] for it in batch])
         self._schedule_pump()
 
     # --- channels ------------------------------------------------------------------------------
@@ -195,6 +203,8 @@ class Topic:
     def empty(self) -> None:
         self.mem.clear()
         self.backend.empty()
+        if self.nsqd.replicator is not None:  # its topic-held messages are gone
+            self.nsqd.replicator.topic_emptied(self)
 
     def e2e_result(self) -> dict:
         streams = [c.e2e for c in self.channels.values() if c.e2e is not None]
