@@ -178,3 +178,18 @@ def test_data_directory_still_starts_under_upstream_nsqd(tmp_path):
     finally:
         assert upstream.stop() == 0
     assert subprocess.run([str(UPSTREAM_NSQD), "--version"], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--max-attempts=-1", "--max-attempts must be [0,65535]"),
+    ("--msg-ttl=-1s", "--msg-ttl must be >= 0"),
+    ("--max-disk-bytes=-1", "--max-disk-bytes must be >= 0"),
+    ("--disk-full-policy=bad", "invalid value \"bad\" for flag -disk-full-policy"),
+    ("--dead-letter-topic=%s%s", "--dead-letter-topic must be a topic name"),
+])
+def test_bad_flags_exit_2(tmp_path, flag, message):
+    from helpers.servers import VENV_BIN
+
+    result = subprocess.run([str(VENV_BIN / "nsqd"), f"--data-path={tmp_path}", flag],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and message in result.stderr, result.stderr

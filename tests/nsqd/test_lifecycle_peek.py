@@ -93,3 +93,27 @@ def test_peek_errors(shared_nsqd, query, status, message):
     make_channel(shared_nsqd, topic, "ch")
     assert http_json(shared_nsqd, "GET", query.format(t=topic)) == (status, {"message": message})
     assert http_json(shared_nsqd, "GET", f"/channel/peek?topic={topic}&channel=ch") == (200, [])
+
+
+def test_peek_after_restart_shows_on_disk_deferred_messages(tmp_path):
+    """Deferred messages are flushed to the disk queue at shutdown (due times kept beside it);
+    peek reads them there and still reports them as deferred, with their due time."""
+    from helpers.servers import Nsqd
+
+    node = Nsqd(tmp_path / "d")
+    topic = unique_name()
+    try:
+        make_channel(node, topic, "ch")
+        pub = Wire(node.tcp_address)
+        pub.cmd(b"DPUB", topic, "60000", body=b"in a minute")
+        pub.expect_ok()
+        pub.pub(topic, b"now")
+        due = time.time_ns() + 60e9
+        node = node.restart()
+        entries = http_json(node, "GET", f"/channel/peek?topic={topic}&channel=ch")[1]
+        assert [(base64.b64decode(e["body"]), e["state"]) for e in entries] == [
+            (b"now", "queued"), (b"in a minute", "deferred")]
+        assert abs(entries[1]["due"] - due) < 5e9
+        assert channel_stats(node, topic, "ch")["backend_depth"] == 2
+    finally:
+        node.stop()
