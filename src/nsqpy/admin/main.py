@@ -17,8 +17,7 @@ from aiohttp import web
 
 from .. import version_string
 from ..common.addr import join_host_port, listen_socket
-from ..common.daemon import run, wait_for_stop_signal
-from ..common.flags import FlagError
+from ..common import daemon
 from ..common.log import make_logger
 from ..nsqd.stats import go_json
 from .clusterinfo import ClusterInfo
@@ -127,28 +126,11 @@ async def serve(opts: Options) -> int:
         logger.critical("failed to instantiate nsqadmin - %s", err)
         return 1
     admin = NSQAdmin(opts, logger)
-    try:
-        await admin.start()
-    except OSError as err:
-        logger.critical("failed to instantiate nsqadmin - %s", err)
-        await admin.close()
-        return 1
-    await wait_for_stop_signal()
-    await admin.close()
-    return 0
+    return await daemon.serve("nsqadmin", logger, admin.start, admin.close)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        opts = parse_options(args)
-    except FlagError as err:
-        print(str(err), file=sys.stderr)
-        return err.exit_code
-    if opts.version:
-        print(version_string("nsqadmin"))
-        return 0
-    return run(serve(opts))
+    return daemon.main("nsqadmin", parse_options, serve, argv)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,7 @@ from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION, version_string
 from ..common.addr import listen_socket, sock_address
-from ..common.daemon import run, wait_for_stop_signal
-from ..common.flags import FlagError
+from ..common import daemon
 from ..common.log import make_logger
 from ..protocol.lookup import encode_response
 from .http import HTTPServer, go_json
@@ -90,28 +89,11 @@ class NSQLookupd:
 async def serve(opts: Options) -> int:
     logger = make_logger("nsqlookupd", opts.log_prefix, opts.log_level)
     lookupd = NSQLookupd(opts, logger)
-    try:
-        await lookupd.start()
-    except OSError as err:
-        logger.critical("failed to instantiate nsqlookupd - %s", err)
-        await lookupd.close()
-        return 1
-    await wait_for_stop_signal()
-    await lookupd.close()
-    return 0
+    return await daemon.serve("nsqlookupd", logger, lookupd.start, lookupd.close)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        opts = parse_options(args)
-    except FlagError as err:
-        print(str(err), file=sys.stderr)
-        return err.exit_code
-    if opts.version:
-        print(version_string("nsqlookupd"))
-        return 0
-    return run(serve(opts))
+    return daemon.main("nsqlookupd", parse_options, serve, argv)
 
 
 if __name__ == "__main__":
