@@ -36,7 +36,9 @@ def test_start_failure_is_fatal_exit_1(program, tmp_path):
                               *own_args(program, tmp_path)],
                              capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
-    assert re.search(rf"^\[{program}\] \S+ \S+ FATAL: failed to instantiate {program} - ",
+    addr = f"127.0.0.1:{port}"
+    assert re.search(rf"^\[{program}\] \S+ \S+ FATAL: failed to instantiate {program} - "
+                     rf"listen \({addr}\) failed - listen tcp {addr}: bind: address already in use$",
                      out.stderr, re.M), out.stderr
 
 

@@ -89,10 +89,7 @@ class NSQAdmin:
     async def start(self) -> None:
         opts = self.opts
         self.logger.info("%s", version_string("nsqadmin"))
-        try:
-            self._sock = listen_socket(opts.http_address)
-        except (OSError, ValueError) as err:
-            raise OSError(f"listen ({opts.http_address}) failed - {err}") from None
+        self._sock = listen_socket(opts.http_address)  # OSError: upstream's "listen (...) failed"
         name = self._sock.getsockname()
         self.http_address = join_host_port(name[0], name[1])
         timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,

@@ -46,10 +46,7 @@ class NSQLookupd:
         """Open both listening sockets; OSError/ValueError with upstream's message on failure."""
         for attr, addr in (("_tcp_sock", self.opts.tcp_address),
                            ("_http_sock", self.opts.http_address)):
-            try:
-                setattr(self, attr, listen_socket(addr))
-            except (OSError, ValueError) as err:
-                raise OSError(f"listen ({addr}) failed - {err}") from None
+            setattr(self, attr, listen_socket(addr))  # OSError: upstream's "listen (...) failed"
         assert self._tcp_sock is not None and self._http_sock is not None
         self.tcp_address = sock_address(self._tcp_sock)
         self.http_address = sock_address(self._http_sock)
