@@ -12,6 +12,7 @@ import json
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -119,8 +120,13 @@ def test_ipv6_addresses_broadcast_and_registration(tmp_path):
         wait_for(lambda: "peer info" in node.log())
         topic = unique_name("six")
         post(f"http://[::1]:{nhttp}/pub?topic={topic}", b"over-six")
-        lookup = wait_for(lambda: json.loads(get(
-            f"http://[::1]:{lhttp}/lookup?topic={topic}")[1]).get("producers"))
+        def producers():
+            try:  # 404 TOPIC_NOT_FOUND until nsqd's REGISTER arrives
+                return json.loads(get(f"http://[::1]:{lhttp}/lookup?topic={topic}")[1])["producers"]
+            except urllib.error.HTTPError:
+                return None
+
+        lookup = wait_for(producers)
         [producer] = lookup
         assert (producer["broadcast_address"], producer["tcp_port"]) == ("::1", ntcp)
         assert producer["remote_address"].startswith("[::1]:")

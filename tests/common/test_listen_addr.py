@@ -48,5 +48,14 @@ def test_split_host_port(addr, pair):
 
 @pytest.mark.parametrize("addr", ["4150", "host:port"])
 def test_bad_addresses(addr):
-    with pytest.raises(ValueError):
+    with pytest.raises(OSError, match=rf"^listen \({addr}\) failed - "):
         listen_socket(addr)
+
+
+def test_taken_address_worded_as_go():
+    with listen_socket("127.0.0.1:0") as taken:
+        addr = sock_address(taken)
+        with pytest.raises(OSError) as info:
+            listen_socket(addr)
+    assert str(info.value) == (f"listen ({addr}) failed - listen tcp {addr}: bind: "
+                               "address already in use")

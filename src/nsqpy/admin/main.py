@@ -17,8 +17,7 @@ from aiohttp import web
 
 from .. import version_string
 from ..common.addr import join_host_port, listen_socket
-from ..common.daemon import run, wait_for_stop_signal
-from ..common.flags import FlagError
+from ..common import daemon
 from ..common.log import make_logger
 from ..nsqd.stats import go_json
 from .clusterinfo import ClusterInfo
@@ -92,10 +91,7 @@ class NSQAdmin:
     async def start(self) -> None:
         opts = self.opts
         self.logger.info("%s", version_string("nsqadmin"))
-        try:
-            self._sock = listen_socket(opts.http_address)
-        except (OSError, ValueError) as err:
-            raise OSError(f"listen ({opts.http_address}) failed - {err}") from None
+        self._sock = listen_socket(opts.http_address)  # OSError: upstream's "listen (...) failed"
         name = self._sock.getsockname()
         self.http_address = join_host_port(name[0], name[1])
         timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
@@ -134,28 +130,11 @@ async def serve(opts: Options) -> int:
         logger.critical("failed to instantiate nsqadmin - %s", err)
         return 1
     admin = NSQAdmin(opts, logger)
-    try:
-        await admin.start()
-    except OSError as err:
-        logger.critical("failed to instantiate nsqadmin - %s", err)
-        await admin.close()
-        return 1
-    await wait_for_stop_signal()
-    await admin.close()
-    return 0
+    return await daemon.serve("nsqadmin", logger, admin.start, admin.close)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        opts = parse_options(args)
-    except FlagError as err:
-        print(str(err), file=sys.stderr)
-        return err.exit_code
-    if opts.version:
-        print(version_string("nsqadmin"))
-        return 0
-    return run(serve(opts))
+    return daemon.main("nsqadmin", parse_options, serve, argv)
 
 
 if __name__ == "__main__":

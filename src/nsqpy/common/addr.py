@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 
@@ -34,8 +35,21 @@ def listen_socket(addr: str, backlog: int = 1024) -> socket.socket:
     A wildcard host (empty, ``0.0.0.0`` or ``::``) gets one dual-stack socket, so IPv4 and IPv6
     clients both connect (``curl http://[::1]:4151/ping`` against ``0.0.0.0:4151``); a host
     name listens on its first IPv4 address if it has one, as Go prefers; ``[::1]:4150`` on
-    IPv6 only. OSError/ValueError if the address is bad or taken.
+    IPv6 only. A bad or taken address raises OSError worded as upstream's start-up error:
+    ``listen (127.0.0.1:4150) failed - listen tcp 127.0.0.1:4150: bind: address already in use``.
     """
+    try:
+        return _listen(addr, backlog)
+    except (OSError, ValueError) as err:
+        if isinstance(err, OSError) and err.errno and not isinstance(err, socket.gaierror):
+            text = os.strerror(err.errno)
+            why = f"listen tcp {addr}: bind: {text[:1].lower()}{text[1:]}"
+        else:
+            why = str(err)
+        raise OSError(f"listen ({addr}) failed - {why}") from None
+
+
+def _listen(addr: str, backlog: int) -> socket.socket:
     host, port = split_host_port(addr)
     if host in _WILDCARDS:
         if socket.has_dualstack_ipv6():

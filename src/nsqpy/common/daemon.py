@@ -1,10 +1,13 @@
-"""What every nsqpy server's ``main`` shares: run on uvloop when present, stop on SIGINT/SIGTERM."""
+"""The one shape of nsqd, nsqlookupd and nsqadmin's ``main``: parse flags (Go's exit codes),
+``--version``, start, run until SIGINT/SIGTERM, close; on uvloop when present."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
-from typing import Any, Coroutine
+import sys
+from typing import Any, Awaitable, Callable, Coroutine
 
 
 async def wait_for_stop_signal() -> None:
@@ -24,3 +27,44 @@ def run(coro: Coroutine[Any, Any, int]) -> int:
         return asyncio.run(coro)
     result: int = uvloop.run(coro)
     return result
+
+
+async def serve(program: str, logger: logging.Logger, start: Callable[[], Awaitable[None]],
+                close: Callable[[], Awaitable[None]],
+                start_errors: tuple[type[BaseException], ...] = (OSError,),
+                after_start: Callable[[], None] | None = None) -> int:
+    """``start()``; on a start-up error log upstream's ``failed to instantiate <program> -
+    <why>``, ``close()`` and exit 1; else run until a stop signal, ``close()``, exit 0."""
+    try:
+        await start()
+    except start_errors as err:
+        logger.critical("failed to instantiate %s - %s", program, err)
+        await close()
+        return 1
+    if after_start is not None:
+        after_start()
+    await wait_for_stop_signal()
+    await close()
+    return 0
+
+
+def main(program: str, parse_options: Callable[[list[str]], Any],
+         serve_options: Callable[[Any], Awaitable[int]], argv: list[str] | None = None,
+         before_run: Callable[[], None] | None = None) -> int:
+    """Parse flags (a FlagError prints and exits as Go's flag package does), print
+    ``--version``, else serve until stopped. Returns the exit status."""
+    from .. import version_string
+    from .flags import FlagError
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        opts = parse_options(args)
+    except FlagError as err:
+        print(str(err), file=sys.stderr)
+        return err.exit_code
+    if opts.version:
+        print(version_string(program))
+        return 0
+    if before_run is not None:
+        before_run()
+    return run(serve_options(opts))  # type: ignore[arg-type]

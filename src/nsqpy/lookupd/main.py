@@ -14,8 +14,7 @@ from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION, version_string
 from ..common.addr import listen_socket, sock_address
-from ..common.daemon import run, wait_for_stop_signal
-from ..common.flags import FlagError
+from ..common import daemon
 from ..common.log import make_logger
 from ..protocol.lookup import encode_response
 from .http import HTTPServer, go_json
@@ -47,10 +46,7 @@ class NSQLookupd:
         """Open both listening sockets; OSError/ValueError with upstream's message on failure."""
         for attr, addr in (("_tcp_sock", self.opts.tcp_address),
                            ("_http_sock", self.opts.http_address)):
-            try:
-                setattr(self, attr, listen_socket(addr))
-            except (OSError, ValueError) as err:
-                raise OSError(f"listen ({addr}) failed - {err}") from None
+            setattr(self, attr, listen_socket(addr))  # OSError: upstream's "listen (...) failed"
         assert self._tcp_sock is not None and self._http_sock is not None
         self.tcp_address = sock_address(self._tcp_sock)
         self.http_address = sock_address(self._http_sock)
@@ -90,28 +86,11 @@ class NSQLookupd:
 async def serve(opts: Options) -> int:
     logger = make_logger("nsqlookupd", opts.log_prefix, opts.log_level)
     lookupd = NSQLookupd(opts, logger)
-    try:
-        await lookupd.start()
-    except OSError as err:
-        logger.critical("failed to instantiate nsqlookupd - %s", err)
-        await lookupd.close()
-        return 1
-    await wait_for_stop_signal()
-    await lookupd.close()
-    return 0
+    return await daemon.serve("nsqlookupd", logger, lookupd.start, lookupd.close)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        opts = parse_options(args)
-    except FlagError as err:
-        print(str(err), file=sys.stderr)
-        return err.exit_code
-    if opts.version:
-        print(version_string("nsqlookupd"))
-        return 0
-    return run(serve(opts))
+    return daemon.main("nsqlookupd", parse_options, serve, argv)
 
 
 if __name__ == "__main__":

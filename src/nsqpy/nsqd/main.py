@@ -5,9 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from .. import version_string
-from ..common.daemon import run, wait_for_stop_signal
-from ..common.flags import FlagError
+from ..common import daemon
 from ..common.log import make_logger
 from .options import parse_options
 
@@ -34,31 +32,15 @@ async def _serve(opts) -> int:
 
     logger = make_logger("nsqd", opts.log_prefix, opts.log_level)
     nsqd = NSQD(opts, logger)
-    try:
-        await nsqd.start()
-    except (OSError, RuntimeError, ValueError) as err:  # a port in use, a bad or locked data dir
-        logger.critical("failed to start - %s", err)
-        await nsqd.shutdown()
-        return 1
-    release_startup_memory()
-    await wait_for_stop_signal()
-    await nsqd.shutdown()
-    return 0
+    # a port in use, a bad or locked data dir
+    return await daemon.serve("nsqd", logger, nsqd.start, nsqd.shutdown,
+                              start_errors=(OSError, RuntimeError, ValueError),
+                              after_start=release_startup_memory)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        opts = parse_options(args)
-    except FlagError as err:
-        print(str(err), file=sys.stderr)
-        raise SystemExit(err.exit_code)
-    if opts.version:
-        print(version_string("nsqd"))
-        return
-    tune_gc()
-    raise SystemExit(run(_serve(opts)))
+def main(argv: list[str] | None = None) -> int:
+    return daemon.main("nsqd", parse_options, _serve, argv, before_run=tune_gc)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
