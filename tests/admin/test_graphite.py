@@ -128,7 +128,8 @@ def pipeline(tmp_path_factory):
                   f"--graphite-url={graphite.url}", f"--statsd-interval={STEP}s"]
         admin = NsqAdmin(tmp / "admin", *common)
         stop.append(admin)
-        proxied = NsqAdmin(tmp / "admin-proxy", *common, "--proxy-graphite")
+        # the proxied one also has live graphs: both kinds on one page
+        proxied = NsqAdmin(tmp / "admin-proxy", *common, "--proxy-graphite", "--live-interval=1s")
         stop.append(proxied)
         yield graphite, nsqd, admin, proxied
     finally:
@@ -260,6 +261,10 @@ def test_pages_show_graphite_rates_and_graphs(pipeline, busy_topic, page, proxy,
     assert "channel.ch.message_count" in messages_src
     assert any(v > 0 for v in _graph_data(messages_src, base))
     page.screenshot(path=str(tmp_path / "graphite-topic.png"), full_page=True)
+
+    if proxy:  # live graphs next to graphite's, each with its own Rate column
+        expect(page.locator("th", has_text="Live Rate")).to_have_count(2)  # both tables
+        expect(page.locator('tr.total td.live[data-metric="rate"] svg.sparkline')).to_have_count(1)
 
     _rate_shown(page, f"{base}/topics/{topic}/ch", "tr.total td.graphite-rate")
     assert page.locator("tr.graph-row img.graphite").count() >= 14  # node + total rows
