@@ -125,7 +125,8 @@ class Nsqd(NsqServer):
         return self.directory
 
     def own_flags(self) -> list[str]:
-        return [f"--data-path={self.directory}"]
+        # NSQPY_TEST_NSQD_FLAGS: run a suite with features on, e.g. statsd (issue #12)
+        return [f"--data-path={self.directory}", *os.environ.get("NSQPY_TEST_NSQD_FLAGS", "").split()]
 
 
 class Nsqlookupd(NsqServer):
