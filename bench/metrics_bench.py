@@ -96,7 +96,7 @@ class Nsqd:
 
     def stop(self) -> None:
         self.proc.terminate()
-        self.proc.wait(60)
+        self.proc.wait(600)  # 11,000 disk queues flush and fsync at exit
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
@@ -165,15 +165,18 @@ def bench_scrape(args) -> None:
         datagrams = pack_datagrams(lines, 508)
         print(f"statsd formatting of one push: {(time.perf_counter() - t0) * 1000:.1f} ms "
               f"({len(lines):,} lines, {len(datagrams):,} datagrams)")
-        # one whole statsd push (the second: the first may have begun before populating ended)
-        deadline = time.monotonic() + 4 * interval
-        while len(sink.whole_pushes()) < 2 and time.monotonic() < deadline:
+        # a whole statsd push begun after the scrapes (the node no longer changing)
+        mark = time.monotonic()
+        deadline = mark + 4 * interval
+        push = None
+        while push is None and time.monotonic() < deadline:
             time.sleep(0.5)
-        pushes = sink.whole_pushes()
-        if len(pushes) >= 2:
-            push = pushes[-1]
-            print(f"statsd push: {len(push):,} datagrams, {sum(len(d) for _, d in push):,} bytes, "
-                  f"spread over {push[-1][0] - push[0][0]:.1f}s of the {interval}s interval")
+            push = next((p for p in sink.whole_pushes() if p[0][0] > mark), None)
+        if push is not None:
+            lines = sum(d.count(b"\n") for _, d in push)
+            print(f"statsd push: {len(push):,} datagrams, {lines:,} lines, "
+                  f"{sum(len(d) for _, d in push):,} bytes, spread over "
+                  f"{push[-1][0] - push[0][0]:.1f}s of the {interval}s interval")
     finally:
         node.stop()
         sink.close()

@@ -125,7 +125,7 @@ class Nsqd(NsqServer):
         return self.directory
 
     def own_flags(self) -> list[str]:
-        # NSQPY_TEST_NSQD_FLAGS: run a suite against nsqd with opt-in features on (issue #13)
+        # NSQPY_TEST_NSQD_FLAGS: run a suite against nsqd with opt-in features on (issues #12, #13)
         return [f"--data-path={self.directory}", *os.environ.get("NSQPY_TEST_NSQD_FLAGS", "").split()]
 
 

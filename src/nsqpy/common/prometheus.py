@@ -69,7 +69,8 @@ class Family:
 
     def add(self, label_text: str, value: float | int | bool, suffix: str = "") -> None:
         """A sample; ``label_text`` is a ready ``{...}`` string (see :func:`labels`)."""
-        self.lines.append(f"{self.name}{suffix}{label_text} {format_value(value)}\n")
+        text = str(value) if type(value) is int else format_value(value)  # ints: the hot case
+        self.lines.append(f"{self.name}{suffix}{label_text} {text}\n")
 
 
 class Exposition:

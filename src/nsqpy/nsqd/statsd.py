@@ -171,14 +171,10 @@ class StatsdPusher:
         return pack_datagrams(lines, opts.statsd_udp_packet_size)
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
         interval = self.nsqd.options.statsd_interval
-        due = loop.time() + interval
+        ticker = GoTicker(interval)
         while True:
-            await asyncio.sleep(max(0.0, due - loop.time()))
-            now = loop.time()
-            while due <= now:  # like Go's ticker: ticks missed while busy are dropped
-                due += interval
+            await ticker.tick()
             await self.push(interval)
 
     async def push(self, interval: float) -> None:
@@ -212,6 +208,26 @@ class StatsdPusher:
         return sock
 
 
+class GoTicker:
+    """Go's ``time.Ticker`` as upstream's loops use it: ticks every ``period`` from creation; a
+    tick that fired while the caller was busy is delivered at once, the ones after it are
+    dropped. So a stall (a slow push, a blocked loop) postpones work instead of turning into a
+    burst of catch-up pushes or datagrams, and late wake-ups do not add up to drift."""
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+        self.loop = asyncio.get_running_loop()
+        self.next = self.loop.time() + period
+
+    async def tick(self) -> None:
+        now = self.loop.time()
+        if self.next > now:
+            await asyncio.sleep(self.next - now)
+            self.next += self.period
+        else:
+            self.next += self.period * (math.floor((now - self.next) / self.period) + 1)
+
+
 async def send_spread(sock: socket.socket, datagrams: list[bytes], spread: float) -> None:
     """Upstream's ``SpreadWriter``: a datagram, then ``spread/n`` of sleep, n times.
 
@@ -223,23 +239,14 @@ async def send_spread(sock: socket.socket, datagrams: list[bytes], spread: float
             await asyncio.sleep(spread)
         return
     gap = max(0.0, spread) / len(datagrams)
-    loop = asyncio.get_running_loop()
-    next_tick = loop.time() + gap
+    ticker = GoTicker(gap) if gap > 0 else None
     sent = 0
     try:
         for datagram in datagrams:
             _send(sock, datagram)
             sent += 1
-            if gap <= 0:
-                continue
-            now = loop.time()
-            if next_tick > now:
-                await asyncio.sleep(next_tick - now)
-                next_tick += gap
-            else:
-                # Go's ticker: a tick that fired while we were busy is taken at once, the ones
-                # after it are dropped; so a stall never turns into a burst of catch-up sends
-                next_tick += gap * (math.floor((now - next_tick) / gap) + 1)
+            if ticker is not None:
+                await ticker.tick()
     except asyncio.CancelledError:
         for datagram in datagrams[sent:]:
             _send(sock, datagram)
