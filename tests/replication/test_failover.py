@@ -181,3 +181,23 @@ def test_origin_restarted_before_the_timeout_gets_its_lost_messages_delivered(ns
         assert len(got) == len(set(got))
     finally:
         a2.stop()
+
+
+def test_both_killed_the_peer_restarts_from_its_replica_log(nsqd_factory, lookupd):
+    """Origin and peer both killed -9 (disks kept): the peer replays its replica log at start and,
+    the origin staying away, delivers what it held (docs/replication.md §6: with a healthy sync
+    link nothing acknowledged is lost as long as the peer's disk survives)."""
+    a, b, lk = start_pair(nsqd_factory, lookupd)
+    topic = unique_name()
+    owed = publish_and_consume_some(a, b, topic)
+    a.kill9()
+    b.kill9()
+    b2 = b.restart("--accept-replicas", "--replication-failover-timeout=2s", lk)
+    try:
+        rep = replica(b2)
+        assert rep["link"] == "down" and rep["messages"] == 150  # replayed from disk
+        wait_adopted(b2, topic)
+        got = asyncio.run(consume_all(lookupd, topic, owed, 30))
+        assert owed <= set(got), f"lost {len(owed - set(got))}"
+    finally:
+        b2.stop()

@@ -133,3 +133,14 @@ def test_async_and_degraded_mode(nsqd_factory):
         wait_for(lambda: replica(b2, topic)["messages"] == 18, what="after relink")
     finally:
         b2.stop()
+
+
+def test_bad_replication_ack_is_refused(tmp_path):
+    import subprocess
+
+    from helpers.servers import VENV_BIN
+
+    out = subprocess.run([str(VENV_BIN / "nsqd"), "--replication-ack=maybe",
+                          f"--data-path={tmp_path}"], capture_output=True, text=True, timeout=20)
+    assert out.returncode != 0
+    assert "replication-ack" in out.stderr + out.stdout
