@@ -61,6 +61,19 @@ def test_ids_unique_monotonic_and_hex():
         assert (int(i, 16) >> 12) & 0x3FF == 513
 
 
+def test_ids_follow_the_snowflake_layout_across_sequence_rollovers(monkeypatch):
+    """A frozen clock: 4096 ids per tick, then the next tick is borrowed (seq restarts at 0)."""
+    import nsqpy.protocol.message as message
+    now = 1_700_000_000_000_000_000
+    monkeypatch.setattr(message.time, "time_ns", lambda: now)
+    f = IdFactory(7)
+    tick = now >> 20
+    ids = f.next_ids(3000) + f.next_ids(5000) + [f.next_id() for _ in range(300)] + f.next_ids(1)
+    expected = [b"%016x" % ((((tick + i // 4096) - message._TWEPOCH) << 22) | 7 << 12 | i % 4096)
+                for i in range(len(ids))]
+    assert ids == expected
+
+
 def test_id_factory_rejects_bad_node():
     with pytest.raises(ValueError):
         IdFactory(1024)

@@ -75,17 +75,20 @@ class IdFactory:
         if tick > self._last_tick:
             self._last_tick = tick
             self._seq = 0
-        ids = []
-        append = ids.append
+        ids: list[bytes] = []
         node_bits = self._node_bits
         seq = self._seq
         tick = self._last_tick
-        for _ in range(count):
+        while count:
             if seq > _SEQUENCE_MASK:
                 tick += 1
                 seq = 0
-            append(b"%016x" % (((tick - _TWEPOCH) << 22) | node_bits | seq))
-            seq += 1
+            # within a tick the ids are consecutive integers: format a whole range at once
+            k = min(count, _SEQUENCE_MASK + 1 - seq)
+            base = ((tick - _TWEPOCH) << 22) | node_bits
+            ids += [b"%016x" % v for v in range(base | seq, (base | seq) + k)]
+            seq += k
+            count -= k
         self._seq = seq
         self._last_tick = tick
         return ids
