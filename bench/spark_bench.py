@@ -4,11 +4,16 @@
   (trigger AvailableNow, so every message is also FINished). Reported: the steady-state rate
   (rows of the micro-batches after the first two, over the wall time between their ends) and
   the end-to-end rate including query start-up.
+* ``ceiling`` — the same measurement, in the same SparkSession, of a trivial in-memory Python
+  streaming source (:class:`CeilingSource`) handing out the same rows as ready-made Arrow slices:
+  the most any Python data source gets out of this machine. The nsq source is reported as a ratio
+  of it, for every ``--batch-sizes`` (default 20000, 50000, 100000), the two measured alternately.
 * ``sink`` — ``df.write.format("nsq")`` of a cached DataFrame of bodies, 2 partitions
   (local[2]); rate = messages / job time, checked against nsqd's ``message_count``.
 
     python bench/spark_bench.py
-    python bench/spark_bench.py --messages 1000000 --batch-size 50000 --mpub-size 5000
+    python bench/spark_bench.py --messages 1000000 --batch-sizes 50000 --mpub-size 5000
+    python bench/spark_bench.py --scenarios source,ceiling --rounds 3
 
 A shared 2-vCPU box moves these figures by ±30% between runs; Spark, nsqd and the source's
 runner share the two cores.
@@ -101,31 +106,90 @@ def build_spark():
     return spark
 
 
+# --- the ceiling: a Python streaming source with nothing to do ---------------------------------
+# Defined in __main__, so Spark's cloudpickle ships the classes by value to the runner process.
+
+from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader  # noqa: E402
+
+from nsqpy.spark._compat import SupportsTriggerAvailableNow  # noqa: E402
+from nsqpy.spark.source import SCHEMA  # noqa: E402
+
+
+class CeilingSource(DataSource):
+    """``format("ceiling")``: ``messages`` rows of the nsq schema, ``maxBatchSize`` per batch."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "ceiling"
+
+    def schema(self):
+        return SCHEMA
+
+    def simpleStreamReader(self, schema):
+        return CeilingReader(int(self.options["messages"]), int(self.options["size"]),
+                             int(self.options["maxBatchSize"]))
+
+
+class CeilingReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, total: int, size: int, batch: int) -> None:
+        self.total, self.size, self.batch = total, size, batch
+        self._rows = None
+
+    def __getstate__(self):
+        return {"total": self.total, "size": self.size, "batch": self.batch, "_rows": None}
+
+    def _all_rows(self):
+        if self._rows is None:  # one Arrow batch of `batch` rows, built once; read() slices it
+            import pyarrow as pa
+
+            from nsqpy.spark.source import arrow_schema
+
+            n = self.batch
+            schema = arrow_schema()
+            self._rows = pa.RecordBatch.from_arrays([
+                pa.array([(b"%010d" % i).ljust(self.size, b"x") for i in range(n)], pa.binary()),
+                pa.array(["%016x" % i for i in range(n)], pa.string()),
+                pa.array([1] * n, pa.int32()),
+                pa.array([time.time_ns() // 1000] * n, pa.int64()).cast(schema.field("timestamp").type),
+                pa.array(["bench"] * n, pa.string()),
+                pa.array(["spark"] * n, pa.string()),
+                pa.array(["127.0.0.1:4150"] * n, pa.string()),
+            ], schema=schema)
+        return self._rows
+
+    def initialOffset(self):
+        return {"seq": 0}
+
+    def read(self, start):
+        seq = start["seq"]
+        n = min(self.batch, self.total - seq)
+        if n <= 0:
+            return iter([]), start
+        return iter([self._all_rows().slice(0, n)]), {"seq": seq + n}
+
+    def readBetweenOffsets(self, start, end):
+        return iter([])
+
+    def commit(self, end):
+        pass
+
+    def prepareForTriggerAvailableNow(self):
+        pass
+
+
 def _end_time(progress: dict) -> float:
     start = dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
     return start + progress["durationMs"]["triggerExecution"] / 1000.0
 
 
-def bench_source(spark, args, addr: str, http: str, work: Path) -> dict:
-    topic = f"bench_src_{int(time.time() * 1000) % 10**9}"
-    create_channel(http, topic, "spark")
-    t0 = time.perf_counter()
-    prefill(addr, topic, args.messages, args.size)
-    fill_secs = time.perf_counter() - t0
-    started = time.perf_counter()
-    query = (
-        spark.readStream.format("nsq").option("nsqd_tcp_addresses", addr).option("nsqd_http_addresses", http)
-        .option("topic", topic).option("channel", "spark")
-        .option("maxBatchSize", args.batch_size).option("maxInFlight", args.max_in_flight or 2 * args.batch_size)
-        .option("pollTimeoutMs", 100).load()
-        .writeStream.format("parquet").option("path", str(work / "src_out"))
-        .option("checkpointLocation", str(work / "src_ckpt")).trigger(availableNow=True).start()
-    )
-    query.awaitTermination(args.timeout)
+def measure(query, timeout: float, started: float) -> dict:
+    """Rates of an AvailableNow query: steady state (batches after the first two, between their
+    ends) and end to end (from start())."""
+    query.awaitTermination(timeout)
     total_secs = time.perf_counter() - started
     if query.isActive:
         query.stop()
-        raise SystemExit("source benchmark timed out")
+        raise SystemExit("benchmark query timed out")
     batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
     rows = sum(p["numInputRows"] for p in batches)
     steady = batches[2:-1] if len(batches) > 4 else batches[1:]
@@ -133,14 +197,82 @@ def bench_source(spark, args, addr: str, http: str, work: Path) -> dict:
     if len(steady) >= 2:
         span = _end_time(steady[-1]) - _end_time(batches[batches.index(steady[0]) - 1])
         steady_rate = sum(p["numInputRows"] for p in steady) / span
-    written = spark.read.parquet(str(work / "src_out")).count()
+    return {"rows": rows, "batches": len(batches), "mean_batch": rows / max(1, len(batches)),
+            "steady_msgs_per_s": steady_rate, "end_to_end_msgs_per_s": rows / total_secs}
+
+
+def bench_source(spark, args, addr: str, http: str, work: Path, batch_size: int) -> dict:
+    topic = f"bench_src_{int(time.time() * 1000) % 10**9}"
+    create_channel(http, topic, "spark")
+    t0 = time.perf_counter()
+    prefill(addr, topic, args.messages, args.size)
+    fill_secs = time.perf_counter() - t0
+    out = work / f"src_out_{topic}"
+    started = time.perf_counter()
+    query = (
+        spark.readStream.format("nsq").option("nsqd_tcp_addresses", addr).option("nsqd_http_addresses", http)
+        .option("topic", topic).option("channel", "spark")
+        .option("maxBatchSize", batch_size).option("maxInFlight", args.max_in_flight or 2 * batch_size)
+        .option("pollTimeoutMs", 100).load()
+        .writeStream.format("parquet").option("path", str(out))
+        .option("checkpointLocation", str(work / f"src_ckpt_{topic}")).trigger(availableNow=True).start()
+    )
+    result = measure(query, args.timeout, started)
+    written = spark.read.parquet(str(out)).count()
     ch = next((c for c in topic_stats(http, topic).get("channels", []) if c["channel_name"] == "spark"), {})
-    return {
-        "messages": args.messages, "rows": rows, "parquet_rows": written, "batches": len(batches),
-        "mean_batch": rows / max(1, len(batches)), "steady_msgs_per_s": steady_rate,
-        "end_to_end_msgs_per_s": rows / total_secs, "prefill_msgs_per_s": args.messages / fill_secs,
+    result.update({
+        "messages": args.messages, "batch_size": batch_size, "parquet_rows": written,
+        "prefill_msgs_per_s": args.messages / fill_secs,
         "left_in_flight": ch.get("in_flight_count"), "left_depth": ch.get("depth"),
-    }
+    })
+    return result
+
+
+def bench_ceiling(spark, args, work: Path, batch_size: int) -> dict:
+    name = f"ceil_{int(time.time() * 1000) % 10**9}"
+    started = time.perf_counter()
+    query = (
+        spark.readStream.format("ceiling").option("messages", args.messages).option("size", args.size)
+        .option("maxBatchSize", batch_size).load()
+        .writeStream.format("parquet").option("path", str(work / f"{name}_out"))
+        .option("checkpointLocation", str(work / f"{name}_ckpt")).trigger(availableNow=True).start()
+    )
+    result = measure(query, args.timeout, started)
+    result.update({"messages": args.messages, "batch_size": batch_size})
+    return result
+
+
+def compare(spark, args, addr: str, http: str, work: Path) -> list[dict]:
+    """nsq source and ceiling, alternately, ``rounds`` times per batch size: best of each."""
+    table = []
+    for batch_size in args.batch_sizes:
+        nsq, ceiling = [], []
+        for _ in range(args.rounds):
+            if "ceiling" in args.scenarios:
+                ceiling.append(bench_ceiling(spark, args, work, batch_size))
+            if "source" in args.scenarios:
+                nsq.append(bench_source(spark, args, addr, http, work, batch_size))
+        row: dict = {"batch_size": batch_size}
+        for label, runs in (("nsq", nsq), ("ceiling", ceiling)):
+            if runs:
+                row[label] = max(r["steady_msgs_per_s"] or 0 for r in runs)
+                row[label + "_end_to_end"] = max(r["end_to_end_msgs_per_s"] for r in runs)
+                row[label + "_runs"] = runs
+        if nsq and ceiling and row["ceiling"]:
+            row["ratio"] = row["nsq"] / row["ceiling"]
+        table.append(row)
+        line = f"batch {batch_size:>6,}:"
+        if nsq:
+            line += f" nsq {row['nsq']:,.0f} msgs/s"
+            bad = [r for r in nsq if r["parquet_rows"] != args.messages or r["left_in_flight"] or r["left_depth"]]
+            if bad:
+                line += f" (INCOMPLETE: {[(r['parquet_rows'], r['left_depth'], r['left_in_flight']) for r in bad]})"
+        if ceiling:
+            line += f", ceiling {row['ceiling']:,.0f} msgs/s"
+        if "ratio" in row:
+            line += f", ratio {row['ratio']:.2f}x"
+        print(line + f" (steady, best of {args.rounds})", flush=True)
+    return table
 
 
 def bench_sink(spark, args, addr: str, http: str) -> dict:
@@ -166,15 +298,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=500_000)
     ap.add_argument("--size", type=int, default=200)
-    ap.add_argument("--batch-size", type=int, default=20_000, help="source maxBatchSize")
+    ap.add_argument("--batch-sizes", default="20000,50000,100000", help="source maxBatchSize values")
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each source per batch size (best counts)")
     ap.add_argument("--max-in-flight", type=int, default=0, help="source maxInFlight (default 2 x batch)")
     ap.add_argument("--max-rdy-count", type=int, default=2500, help="nsqd --max-rdy-count")
     ap.add_argument("--mpub-size", type=int, default=2000, help="sink mpubSize")
     ap.add_argument("--sink-runs", type=int, default=3)
-    ap.add_argument("--scenarios", default="source,sink")
+    ap.add_argument("--scenarios", default="source,ceiling,sink")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", action="store_true", help="print results as one JSON line")
     args = ap.parse_args()
+    args.batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x]
+    from nsqpy.spark._compat import HAS_AVAILABLE_NOW
+
+    if not HAS_AVAILABLE_NOW and ("source" in args.scenarios or "ceiling" in args.scenarios):
+        raise SystemExit("the source benchmark uses trigger(availableNow=True): PySpark >= 4.2")
 
     work = Path(tempfile.mkdtemp(prefix="spark_bench_"))
     (work / "nsqd").mkdir()
@@ -183,11 +321,9 @@ def main() -> None:
     results: dict = {}
     try:
         spark = build_spark()
-        if "source" in args.scenarios:
-            results["source"] = bench_source(spark, args, addr, http, work)
-            print(f"source: steady {results['source']['steady_msgs_per_s'] or 0:,.0f} msgs/s, end-to-end "
-                  f"{results['source']['end_to_end_msgs_per_s']:,.0f} msgs/s "
-                  f"({results['source']['batches']} batches of ~{results['source']['mean_batch']:,.0f})", flush=True)
+        if "source" in args.scenarios or "ceiling" in args.scenarios:
+            spark.dataSource.register(CeilingSource)
+            results["source"] = compare(spark, args, addr, http, work)
         if "sink" in args.scenarios:
             results["sink"] = bench_sink(spark, args, addr, http)
             print(f"sink:   {results['sink']['best_msgs_per_s']:,.0f} msgs/s (best of {args.sink_runs}: "

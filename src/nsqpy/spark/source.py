@@ -99,7 +99,9 @@ SOURCE_KEYS = {
     "touchIntervalMs", "outputBufferSize", "outputBufferTimeoutMs", "lookupdPollIntervalMs",
     "availableNowIdleTimeoutMs", "startTimeoutMs", "reconnectIntervalMs",
 }
-MAX_CONNECTIONS_PER_NODE = 32
+# enough for maxInFlight 2 x 80k under nsqd's default max_rdy_count (2500): batches above ~40k were
+# capped by in-flight room (mean ~36k asked 50k) with 32
+MAX_CONNECTIONS_PER_NODE = 64
 #: nsqd refusals that retrying cannot fix: the query fails with them instead
 CONFIG_ERRORS = {"E_BAD_TOPIC", "E_BAD_CHANNEL", "E_INVALID", "E_BAD_BODY", "E_IDENTIFY_FAILED",
                  "E_AUTH_FAILED", "E_AUTH_FIRST", "E_UNAUTHORIZED", "E_AUTH_DISABLED"}
