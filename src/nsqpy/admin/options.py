@@ -56,9 +56,9 @@ def build_flagset() -> FlagSet:
              "HTTP header to check for authenticated admin users"),
         Flag("live-interval", 0.0,
              "sample every nsqd's /stats this often and show live rates and graphs without "
-             "graphite (nsqpy; 0 = off, as upstream)", kind="duration"),
+             "graphite (nsqpy; 0 = off, as upstream)", kind="duration", extension=True),
         Flag("live-history", 3600.0, "how much live history to keep in memory (nsqpy)",
-             kind="duration"),
+             kind="duration", extension=True),
         Flag("lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)",
              kind="list", cfg="nsqlookupd_http_addresses"),
         Flag("nsqd-http-address", [], "nsqd HTTP address (may be given multiple times)",
@@ -68,7 +68,7 @@ def build_flagset() -> FlagSet:
              "able to perform privileged actions; acl-http-header is used to determine the "
              "authenticated user)", kind="list", cfg="admin_users"),
         Flag("metrics", True, "serve Prometheus metrics at GET /metrics (nsqpy addition; "
-             "--metrics=false to turn off)", kind="bool"),
+             "--metrics=false to turn off)", kind="bool", extension=True),
     )
     return fs
 
@@ -155,7 +155,7 @@ def validate(opts: Options) -> None:
 def config_flags() -> dict[str, Flag]:
     """Flags visible through ``/config/:opt``, keyed by cfg name (upstream's Options fields)."""
     hidden = {"config", "version", "verbose"}
-    return {f.key: f for f in build_flagset().flags if f.name not in hidden}
+    return {f.key: f for f in build_flagset().flags if f.name not in hidden and not f.extension}
 
 
 def config_value(opts: Options, flag: Flag) -> Any:

@@ -141,6 +141,9 @@ class Flag:
     implemented: bool = True
     deprecated: bool = False
     hidden: bool = False  # accepted but left out of --help (flags from upstream's unreleased master)
+    #: an nsqpy addition beyond upstream v1.3.0: listed in --help, never needed, kept out of
+    #: ``/config/:opt`` (upstream answers 400 there); the upstream flags around it stay byte-identical
+    extension: bool = False
     parse: Callable[[str], Any] | None = None
     #: for ``--help``: the Go type name (``value`` for custom flags, ``""`` for bool-like ones)
     go_type: str | None = None
@@ -231,6 +234,13 @@ class Flag:
         if self.parse is not None:
             return self.parse(str(value).lower() if isinstance(value, bool) else str(value))
         return value
+
+
+def extensions(*flags: Flag) -> list[Flag]:
+    """Mark ``flags`` as nsqpy additions (see :attr:`Flag.extension`)."""
+    for flag in flags:
+        flag.extension = True
+    return list(flags)
 
 
 @dataclass

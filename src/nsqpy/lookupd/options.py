@@ -26,7 +26,7 @@ def build_flagset() -> FlagSet:
              "duration of time a producer will remain tombstoned if registration remains",
              kind="duration"),
         Flag("metrics", True, "serve Prometheus metrics at GET /metrics on the HTTP listener "
-             "(nsqpy addition; --metrics=false to turn off)", kind="bool"),
+             "(nsqpy addition; --metrics=false to turn off)", kind="bool", extension=True),
     )
     return fs
 

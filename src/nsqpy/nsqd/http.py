@@ -53,7 +53,6 @@ from ..protocol.commands import go_quote
 from ..protocol.names import is_valid_name
 from . import stats as nsq_stats
 from .bounded import Draining, QueueFull
-from .lifecycle_options import LIFECYCLE_CONFIG_KEYS
 from .metrics import routes as metrics_routes
 from .options import _TLS_VERSIONS, config_key_map, topology_set
 from .replica_failover import adopt_request, replication_acked
@@ -67,7 +66,7 @@ NSQ_CONTENT_TYPE = "nsq; version=1.0"
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 _TLS_REQUIRED = {"false": 0, "tcp-https": 1, "true": 2}
 # deprecated no-op flags: upstream's Options struct has no field for them, so /config has no key
-_CONFIG_HIDDEN = frozenset({"verbose", "worker_id"}) | LIFECYCLE_CONFIG_KEYS  # + issue #13's
+_CONFIG_HIDDEN = frozenset({"verbose", "worker_id"})
 # A failed disk write makes upstream's Topic.PutMessage return an error, which doPUB/doMPUB
 # report as 503 EXITING (they cannot tell it apart from a topic that is shutting down).
 _PUT_FAILED = (503, "EXITING")
@@ -299,7 +298,8 @@ class HttpApi:
         # upstream's httpServer.tlsRequired: plain HTTP refused when --tls-required=true
         self.refuse_plain = not tls_enabled and nsqd.options.tls_required == "true"
         self.logger = nsqd.logger
-        self.config_flags = {k: f for k, f in config_key_map().items() if k not in _CONFIG_HIDDEN}
+        self.config_flags = {k: f for k, f in config_key_map().items()
+                             if k not in _CONFIG_HIDDEN and not f.extension}
         R = Route
         from .lifecycle_http import lifecycle_routes
 

@@ -7,6 +7,8 @@ no requeue on disconnect, DPUB limited by ``--max-req-timeout``. None of these f
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 from ..common.flags import Flag, FlagError
@@ -23,7 +25,7 @@ def _policy(raw: str) -> str:
 
 
 def lifecycle_flags() -> list[Flag]:
-    F = Flag
+    F = functools.partial(Flag, extension=True)
     return [
         F("max-attempts", 0, "dead-letter a message delivered this many times when it comes back (REQ, timeout); 0 = unlimited", kind="int"),
         F("dead-letter-topic", "%s.dead", "topic dead-lettered messages go to (%s = the topic's name)"),
@@ -35,9 +37,6 @@ def lifecycle_flags() -> list[Flag]:
         F("max-defer-timeout", 3600.0, "maximum DPUB / pub?defer delay (default: --max-req-timeout)", kind="duration"),
     ]
 
-
-#: the cfg keys of the flags above, hidden from /config/:opt
-LIFECYCLE_CONFIG_KEYS = frozenset(f.key for f in lifecycle_flags())
 
 
 def validate_lifecycle(values: dict[str, Any], explicit: set[str]) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.flags import (
-    Flag, FlagError, FlagSet, go_quote, parse_duration, reject_unimplemented, server_flags,
+    Flag, FlagError, FlagSet, extensions, go_quote, parse_duration, reject_unimplemented, server_flags,
 )
 from .lifecycle_options import lifecycle_flags, validate_lifecycle
 
@@ -116,15 +116,17 @@ def build_flagset() -> FlagSet:
         F("max-deflate-level", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)", kind="int"),
         F("snappy", True, "enable snappy feature negotiation (client compression)", kind="bool"),
         # replication (nsqpy, opt-in; docs/replication.md)
-        F("replicate-to", "", "<addr>:<port> of a peer nsqd's TCP listener that stores a replica of every message (nsqpy)"),
-        F("replication-ack", "sync", "sync: a publish is answered after the peer stored it; async: at once (nsqpy)",
-          parse=_replication_ack),
-        F("replication-failover-timeout", 15.0, "how long an origin must be unreachable before its replica is adopted (nsqpy)",
-          kind="duration"),
-        F("accept-replicas", False, "accept replication links from other nsqd (implied by --replicate-to) (nsqpy)",
-          kind="bool"),
-        F("metrics", True, "serve Prometheus metrics at GET /metrics on the HTTP(S) listeners "
-          "(nsqpy addition; --metrics=false to turn off)", kind="bool"),
+        *extensions(
+            F("replicate-to", "", "<addr>:<port> of a peer nsqd's TCP listener that stores a replica of every message (nsqpy)"),
+            F("replication-ack", "sync", "sync: a publish is answered after the peer stored it; async: at once (nsqpy)",
+              parse=_replication_ack),
+            F("replication-failover-timeout", 15.0, "how long an origin must be unreachable before its replica is adopted (nsqpy)",
+              kind="duration"),
+            F("accept-replicas", False, "accept replication links from other nsqd (implied by --replicate-to) (nsqpy)",
+              kind="bool"),
+            F("metrics", True, "serve Prometheus metrics at GET /metrics on the HTTP(S) listeners "
+              "(nsqpy addition; --metrics=false to turn off)", kind="bool"),
+        ),
         F("enable-experiment", [], "enable experimental feature (may be given multiple times) (valid options: \"topology-aware-consumption\")",
           kind="list", implemented=False, hidden=True),
         *lifecycle_flags(),
