@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyspark
 
+
 def _version(text: str) -> tuple[int, int]:
     parts = text.split(".")
     return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
