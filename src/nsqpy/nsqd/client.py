@@ -176,6 +176,8 @@ class ClientV2(asyncio.Protocol):
         if opts.tls_required != TLS_REQUIRED_FALSE:
             self._handlers = _TLS_REQUIRED_HANDLERS
             self.parser.pre_body_check = _tls_required_pre_body
+        elif nsqd.auth is None:
+            self.parser.pre_body_check = self._pre_body
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -627,6 +629,16 @@ class ClientV2(asyncio.Protocol):
         self._decompress = codec.decompress
         self.out.append(OK_FRAME)  # the first compressed frame
 
+    def _pre_body(self, name: bytes, params: list[bytes], limits: Limits) -> int:
+        """Upstream's MPUB creates its topic before reading the body (a bad body leaves it)."""
+        limit = pre_body_checks(name, params, limits)
+        if name == b"MPUB":
+            try:
+                self.nsqd.get_topic(params[1].decode("ascii"))
+            except OSError:
+                pass  # the MPUB handler reports it once the body is read
+        return limit
+
     # --- TLS ------------------------------------------------------------------------------------
 
     def _start_tls(self, codec: "SnappyCodec | DeflateCodec | None") -> None:
@@ -670,7 +682,7 @@ class ClientV2(asyncio.Protocol):
         if ssl_object is not None:
             self.tls_info = TLSInfo(ssl_object, nsqd.tls_context)
         self._handlers = _AUTH_HANDLERS if nsqd.auth is not None else _HANDLERS
-        self.parser.pre_body_check = pre_body_checks
+        self.parser.pre_body_check = pre_body_checks if nsqd.auth is not None else self._pre_body
         self._send_now(OK_FRAME)  # the first frame over TLS
         if codec is not None:
             self._enable_codec(codec)

@@ -2,7 +2,8 @@
 
 A command is one text line ``NAME[ SP param]*\\n``; IDENTIFY, AUTH, PUB, DPUB and MPUB append a
 ``[int32 size][size bytes]`` body. The parser checks every advertised size against the limits
-*before* waiting for the bytes, so a hostile size cannot make the server buffer it.
+*before* waiting for the bytes, so a hostile size cannot make the server buffer it. MPUB's
+message count and each message size are checked as they arrive, as upstream reads them.
 
 :meth:`CommandParser.feed` returns complete commands as ``(name, params, body)`` tuples; for
 MPUB ``body`` is the list of message bodies. A protocol violation appears in the returned list
@@ -145,36 +146,6 @@ def _check_body_size(name: bytes, size: int, limit: int) -> None:
         raise FatalError(E_BAD_BODY, f"{cmd} body too big {size} > {limit}")
 
 
-def parse_mpub_body(body: bytes | memoryview, limits: Limits) -> list[bytes]:
-    """Split an MPUB body ``[int32 n]([int32 size][bytes])*n`` validating every size (atomic)."""
-    end = len(body)
-    if end < 4:
-        raise FatalError(E_BAD_BODY, "MPUB failed to read message count")
-    (count,) = _unpack_i32(body, 0)
-    max_count = (limits.max_body_size - 4) // 5
-    if count <= 0 or count > max_count:
-        raise FatalError(E_BAD_BODY, f"MPUB invalid message count {count}")
-    view = memoryview(body)
-    max_msg = limits.max_msg_size
-    out: list[bytes] = []
-    append = out.append
-    pos = 4
-    for i in range(count):
-        if end - pos < 4:
-            raise FatalError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
-        (size,) = _unpack_i32(body, pos)
-        pos += 4
-        if size <= 0:
-            raise FatalError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {size}")
-        if size > max_msg:
-            raise FatalError(E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg}")
-        if end - pos < size:
-            raise FatalError(E_BAD_MESSAGE, "MPUB failed to read message body")
-        append(bytes(view[pos : pos + size]))
-        pos += size
-    return out
-
-
 class CommandParser:
     """Incremental V2 command parser (after the magic has been consumed).
 
@@ -188,13 +159,16 @@ class CommandParser:
       before looking at their bodies (TLS required but not negotiated) installs its own.
     """
 
-    __slots__ = ("_buf", "_limits", "_pending", "_dead", "stop_after_identify", "pre_body_check")
+    __slots__ = ("_buf", "_limits", "_pending", "_mpub", "_dead", "stop_after_identify",
+                 "pre_body_check")
 
     def __init__(self, limits: Limits | None = None) -> None:
         self._buf = bytearray()
         self._limits = limits or Limits()
         # (name, params, body_size) while waiting for a body that was already size-checked
         self._pending: tuple[bytes, list[bytes], int] | None = None
+        # an MPUB being read: [params, message count (-1: not read yet), bodies so far, bytes so far]
+        self._mpub: list | None = None
         self._dead = False
         self.stop_after_identify = False
         self.pre_body_check = pre_body_checks
@@ -204,7 +178,89 @@ class CommandParser:
         data = bytes(self._buf)
         self._buf.clear()
         self._pending = None
+        self._mpub = None
         return data
+
+    def eof_error(self) -> tuple[FatalError, str] | None:
+        """What nsqd reports when the stream ends here: the error and its cause (``EOF`` when
+        the field had not started, ``unexpected EOF`` when it was cut), or None when no command
+        was under way past its line (a cut command line ends a connection silently upstream)."""
+        if self._dead:
+            return None
+        buf = self._buf
+        mpub = self._mpub
+        if mpub is not None:
+            cause = "unexpected EOF" if buf else "EOF"
+            if mpub[1] < 0:
+                return FatalError(E_BAD_BODY, "MPUB failed to read message count"), cause
+            if len(buf) < 4:
+                return FatalError(E_BAD_MESSAGE,
+                                  f"MPUB failed to read message({len(mpub[2])}) body size"), cause
+            cause = "unexpected EOF" if len(buf) > 4 else "EOF"
+            return FatalError(E_BAD_MESSAGE, "MPUB failed to read message body"), cause
+        pending = self._pending
+        if pending is not None:
+            name = pending[0]
+            cause = "unexpected EOF" if buf else "EOF"
+            if name == b"PUB" or name == b"DPUB":
+                return FatalError(E_BAD_MESSAGE, f"{name.decode()} failed to read message body"), cause
+            return FatalError(E_BAD_BODY, f"{name.decode()} failed to read body"), cause
+        nl = buf.find(b"\n")
+        if nl < 0:
+            return None
+        name = bytes(buf[:nl]).rstrip(b"\r").split(b" ")[0]
+        if name not in BODY_COMMANDS:
+            return None
+        cause = "unexpected EOF" if len(buf) > nl + 1 else "EOF"
+        if name == b"PUB" or name == b"DPUB":
+            return FatalError(E_BAD_MESSAGE, f"{name.decode()} failed to read message body size"), cause
+        return FatalError(E_BAD_BODY, f"{name.decode()} failed to read body size"), cause
+
+    def _feed_mpub(self, buf: bytearray, pos: int, end: int) -> tuple[int, Command | None]:
+        """Read an MPUB's count and messages as they arrive, each field checked the moment it
+        is readable (upstream answers a bad count or size before the rest of the body comes).
+        Upstream reads the fields from the stream without holding them to the declared body
+        size; so do we, but never buffer more than --max-body-size for one MPUB (only a client
+        that misstates its body size can reach that bound). Returns the new position and the
+        whole command once all its messages are here."""
+        state = self._mpub
+        assert state is not None
+        limits = self._limits
+        count = state[1]
+        if count < 0:
+            if end - pos < 4:
+                return pos, None
+            (count,) = _unpack_i32(buf, pos)
+            pos += 4
+            if count <= 0 or count > (limits.max_body_size - 4) // 5:
+                raise FatalError(E_BAD_BODY, f"MPUB invalid message count {count}")
+            state[1] = count
+        bodies: list[bytes] = state[2]
+        append = bodies.append
+        max_msg = limits.max_msg_size
+        max_body = limits.max_body_size
+        total = state[3]
+        while len(bodies) < count:
+            if end - pos < 4:
+                break
+            (size,) = _unpack_i32(buf, pos)
+            if size <= 0:
+                raise FatalError(E_BAD_MESSAGE, f"MPUB invalid message({len(bodies)}) body size {size}")
+            if size > max_msg:
+                raise FatalError(E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg}")
+            if total + 4 + size > max_body:
+                raise FatalError(E_BAD_BODY, f"MPUB body too big {total + 4 + size} > {max_body}")
+            if end - pos - 4 < size:
+                break  # the size is read again with its body
+            pos += 4
+            append(bytes(buf[pos : pos + size]))
+            pos += size
+            total += 4 + size
+        state[3] = total
+        if len(bodies) < count:
+            return pos, None
+        self._mpub = None
+        return pos, (b"MPUB", state[0], bodies)
 
     @property
     def dead(self) -> bool:
@@ -228,6 +284,12 @@ class CommandParser:
         pre_body = self.pre_body_check
         try:
             while True:
+                if self._mpub is not None:
+                    pos, command = self._feed_mpub(buf, pos, end)
+                    if command is None:
+                        break
+                    out.append(command)
+                    continue
                 pending = self._pending
                 if pending is not None:
                     name, params, size = pending
@@ -236,12 +298,9 @@ class CommandParser:
                     body = bytes(buf[pos : pos + size])
                     pos += size
                     self._pending = None
-                    if name == b"MPUB":
-                        out.append((name, params, parse_mpub_body(body, limits)))
-                    else:
-                        out.append((name, params, body))
-                        if name == b"IDENTIFY" and self.stop_after_identify:
-                            break
+                    out.append((name, params, body))
+                    if name == b"IDENTIFY" and self.stop_after_identify:
+                        break
                     continue
                 nl = buf.find(b"\n", pos)
                 if nl < 0:
@@ -260,7 +319,10 @@ class CommandParser:
                     (size,) = _unpack_i32(buf, nl + 1)
                     _check_body_size(name, size, limit)
                     pos = nl + 5
-                    self._pending = (name, params, size)
+                    if name == b"MPUB":
+                        self._mpub = [params, -1, [], 4]
+                    else:
+                        self._pending = (name, params, size)
                     continue
                 pos = nl + 1
                 out.append((name, params, None))
