@@ -89,3 +89,108 @@ def test_good_mpub_sent_in_pieces(addr):
     sub = Wire(addr)
     sub.sub(topic, "ch", rdy=2)
     assert sorted([sub.read_message().body, sub.read_message().body]) == [b"one", b"two"]
+
+
+# --- issue #10 item 2: numeric arguments parsed as upstream's ByteToBase10 ----------------------
+# digits only (a sign is not a digit), the empty string is 0, values past 64 bits wrap around
+
+@pytest.mark.parametrize("arg,error", [
+    (b"-5", b"E_INVALID DPUB could not parse timeout -5"),
+    (b"+5", b"E_INVALID DPUB could not parse timeout +5"),
+    (b"1.5", b"E_INVALID DPUB could not parse timeout 1.5"),
+    (b"0x10", b"E_INVALID DPUB could not parse timeout 0x10"),
+    (b"\xff", b"E_INVALID DPUB could not parse timeout \xff"),
+    (b"3600001", b"E_INVALID DPUB timeout 3600001 out of range 0-3600000"),
+    # uint64 max: time.Duration(ms) * time.Millisecond is negative
+    (b"18446744073709551615", b"E_INVALID DPUB timeout 18446744073709551615 out of range 0-3600000"),
+    (b"99999999999999999999999", b"E_INVALID DPUB timeout 200376420520689663 out of range 0-3600000"),
+])
+def test_dpub_timeout_errors(addr, arg, error):
+    w = Wire(addr)
+    w.send(b"DPUB t " + arg + b"\n")  # answered before any body is sent
+    w.expect_error(error)
+    assert w.is_closed()
+
+
+@pytest.mark.parametrize("arg", [b"", b"18446744073709551616"])  # empty = 0; 2**64 wraps to 0
+def test_dpub_timeouts_upstream_reads_as_zero(addr, arg):
+    topic = unique_name()
+    sub = Wire(addr)
+    sub.sub(topic, "ch", rdy=1)
+    w = Wire(addr)
+    w.send(b"DPUB " + topic.encode() + b" " + arg + b"\n" + pack_i32(3) + b"now")
+    w.expect_ok()
+    assert sub.read_message().body == b"now"
+
+
+@pytest.mark.parametrize("arg,error", [
+    (b"-1", b"E_INVALID RDY could not parse count -1"),
+    (b"+1", b"E_INVALID RDY could not parse count +1"),
+    (b"1e3", b"E_INVALID RDY could not parse count 1e3"),
+    (b"2501", b"E_INVALID RDY count 2501 out of range 0-2500"),
+    (b"18446744073709551615", b"E_INVALID RDY count -1 out of range 0-2500"),  # int64(uint64)
+    (b"9223372036854775808", b"E_INVALID RDY count -9223372036854775808 out of range 0-2500"),
+])
+def test_rdy_count_errors(addr, arg, error):
+    w = Wire(addr)
+    w.sub(unique_name(), "ch")
+    w.send(b"RDY " + arg + b"\n")
+    w.expect_error(error)
+    assert w.is_closed()
+
+
+def test_rdy_empty_count_is_zero(addr):
+    topic = unique_name()
+    Wire(addr).pub(topic, b"held")
+    w = Wire(addr)
+    w.sub(topic, "ch", rdy=0)
+    w.send(b"RDY \n")  # upstream: 0, no error
+    assert not w.is_closed(0.3) and not w.pending
+    w.send(b"RDY 18446744073709551617\n")  # wraps to 1
+    assert w.read_message().body == b"held"
+
+
+@pytest.mark.parametrize("arg,error", [
+    (b"-5", b"E_INVALID REQ could not parse timeout -5"),
+    (b"5s", b"E_INVALID REQ could not parse timeout 5s"),
+])
+def test_req_timeout_parse_errors(addr, arg, error):
+    w = Wire(addr)
+    w.sub(unique_name(), "ch")
+    w.send(b"REQ 0123456789abcdef " + arg + b"\n")
+    w.expect_error(error)
+    assert w.is_closed()
+
+
+def test_req_timeouts_upstream_accepts(nsqd_factory):
+    node = nsqd_factory("--max-req-timeout=2s")
+    topic = unique_name()
+    Wire(node.tcp_address).pub(topic, b"m")
+    w = Wire(node.tcp_address)
+    w.sub(topic, "ch", rdy=1)
+    m = w.read_message()
+    w.send(b"REQ " + m.id + b" \n")  # empty timeout = 0: back at once
+    m = w.read_message()
+    assert m.attempts == 2
+    w.send(b"REQ " + m.id + b" 18446744073709551615\n")  # negative once wrapped: clamped to 0
+    m = w.read_message()
+    assert m.attempts == 3
+    started = time.monotonic()
+    w.send(b"REQ " + m.id + b" 99999999999\n")  # past --max-req-timeout: clamped to it
+    m = w.read_message()
+    assert 1.5 < time.monotonic() - started < 5
+    log = node.log()
+    assert "REQ timeout -1000000 out of range 0-2000000000. Setting to 0" in log
+    assert "REQ timeout 99999999999000000 out of range 0-2000000000. Setting to 2000000000" in log
+
+
+@pytest.mark.parametrize("fields", [
+    {"sample_rate": 1 << 31},            # an int32 upstream
+    {"heartbeat_interval": 1 << 63},     # past Go's int
+    {"msg_timeout": 1e3},                # not an integer literal
+])
+def test_identify_numbers_that_do_not_fit_go_types(addr, fields):
+    w = Wire(addr)
+    w.cmd(b"IDENTIFY", body=json.dumps(fields).encode())
+    w.expect_error(b"E_BAD_BODY IDENTIFY failed to decode JSON body")
+    assert w.is_closed()

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsqpy.protocol.commands import (
-    CommandParser, Limits, LineTooLong, encode_command, encode_mpub, go_quote,
+    CommandParser, Limits, LineTooLong, as_int64, byte_to_base10, encode_command, encode_mpub, go_quote,
+    ms_to_duration_ns,
 )
 from nsqpy.protocol.errors import FatalError
 
@@ -73,7 +74,8 @@ def test_unknown_commands_are_returned_for_the_server_to_reject():
     (b"PUB " + b"a" * 65 + b"\n", f'E_BAD_TOPIC PUB topic name "{"a" * 65}" is not valid'),
     (b"DPUB t abc\n", "E_INVALID DPUB could not parse timeout abc"),
     (b"DPUB t 3600001\n", "E_INVALID DPUB timeout 3600001 out of range 0-3600000"),
-    (b"DPUB t -1\n", "E_INVALID DPUB timeout -1 out of range 0-3600000"),
+    (b"DPUB t -1\n", "E_INVALID DPUB could not parse timeout -1"),
+    (b"DPUB t 18446744073709551615\n", "E_INVALID DPUB timeout 18446744073709551615 out of range 0-3600000"),
     (b"PUB t\n" + I32(0), "E_BAD_MESSAGE PUB invalid message body size 0"),
     (b"PUB t\n" + I32(-5), "E_BAD_MESSAGE PUB invalid message body size -5"),
     (b"PUB t\n" + I32(1048577), "E_BAD_MESSAGE PUB message too big 1048577 > 1048576"),
@@ -220,3 +222,14 @@ def test_random_bytes_never_raise(blob):
     out = parser.feed(blob)
     for item in out:
         assert isinstance(item, (tuple, FatalError))
+
+
+def test_byte_to_base10_is_upstreams():
+    assert byte_to_base10(b"") == 0
+    assert byte_to_base10(b"0042") == 42
+    assert byte_to_base10(b"18446744073709551616") == 0  # uint64 wraps
+    for bad in (b"-1", b"+1", b" 1", b"1 ", b"1.0", b"\xd9\xa3"):  # \xd9\xa3: an Arabic-Indic 3
+        with pytest.raises(ValueError):
+            byte_to_base10(bad)
+    assert as_int64(byte_to_base10(b"18446744073709551615")) == -1
+    assert ms_to_duration_ns(9223372036855) < 0  # time.Duration(ms) * time.Millisecond overflows

@@ -34,8 +34,8 @@ import orjson
 
 from .. import NSQ_COMPAT_VERSION
 from ..protocol.commands import (
-    BAD_PROTOCOL_PAYLOAD, MAGIC_V2, CommandParser, Limits, LineTooLong, check_topic, go_quote,
-    parse_int, pre_body_checks,
+    BAD_PROTOCOL_PAYLOAD, MAGIC_V2, MS, CommandParser, Limits, LineTooLong, arg_text, as_int64,
+    byte_to_base10, check_topic, go_quote, ms_to_duration_ns, pre_body_checks,
 )
 from ..protocol.compression import CompressionError, DeflateCodec, SnappyCodec
 from ..protocol.errors import (
@@ -78,6 +78,8 @@ _time_ns = time.time_ns
 
 _INT_FIELDS = ("heartbeat_interval", "output_buffer_size", "output_buffer_timeout",
                "deflate_level", "sample_rate", "msg_timeout")
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1  # Go's int on 64-bit platforms
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _BOOL_FIELDS = ("feature_negotiation", "tls_v1", "deflate", "snappy")
 _STR_FIELDS = ("client_id", "hostname", "user_agent", "short_id", "long_id",
                "topology_region", "topology_zone")
@@ -87,13 +89,6 @@ def _decode_id(raw: bytes) -> bytes:
     if len(raw) != 16:
         raise FatalError(E_INVALID, "invalid message ID")
     return raw
-
-
-def _base10(raw: bytes) -> int:
-    """Upstream's ByteToBase10: unsigned decimal digits only."""
-    if not raw.isdigit():
-        raise ValueError(raw)
-    return int(raw)
 
 
 class _Suspend(Exception):
@@ -497,8 +492,10 @@ class ClientV2(asyncio.Protocol):
                 v = data.get(key, 0)
                 if v is None:
                     data[key] = 0
-                elif isinstance(v, bool) or not isinstance(v, int):
-                    raise ValueError(key)
+                elif isinstance(v, bool) or not isinstance(v, int) or not _INT_MIN <= v <= _INT_MAX:
+                    raise ValueError(key)  # Go's json: not a number that fits an int
+            if not _INT32_MIN <= data.get("sample_rate", 0) <= _INT32_MAX:
+                raise ValueError("sample_rate")  # an int32 upstream
             for key in _BOOL_FIELDS:
                 v = data.get(key, False)
                 if v is None:
@@ -796,10 +793,9 @@ class ClientV2(asyncio.Protocol):
         count = 1
         if len(params) > 1:
             try:
-                count = _base10(params[1]) if params[1] else 0
+                count = as_int64(byte_to_base10(params[1]))
             except ValueError:
-                raise FatalError(E_INVALID,
-                                 f"RDY could not parse count {params[1].decode('utf-8', 'replace')}") from None
+                raise FatalError(E_INVALID, f"RDY could not parse count {arg_text(params[1])}") from None
         max_rdy = self.nsqd.options.max_rdy_count
         if count < 0 or count > max_rdy:
             raise FatalError(E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
@@ -829,16 +825,15 @@ class ClientV2(asyncio.Protocol):
             raise FatalError(E_INVALID, "REQ insufficient number of params")
         mid = _decode_id(params[1])
         try:
-            timeout_ms = _base10(params[2])
+            timeout_ns = ms_to_duration_ns(byte_to_base10(params[2]))
         except ValueError:
-            raise FatalError(E_INVALID,
-                             f"REQ could not parse timeout {params[2].decode('utf-8', 'replace')}") from None
-        max_ms = int(self.nsqd.options.max_req_timeout * 1000)
-        if timeout_ms > max_ms:
-            self.nsqd.logger.info("client(%s) REQ timeout %d out of range 0-%d, clamping",
-                                  self.remote_address, timeout_ms, max_ms)
-            timeout_ms = max_ms
-        channel.requeue_in_flight(self, mid, timeout_ms / 1000.0)
+            raise FatalError(E_INVALID, f"REQ could not parse timeout {arg_text(params[2])}") from None
+        max_ns = self.nsqd.limits.max_req_timeout_ms * MS
+        clamped = 0 if timeout_ns < 0 else min(timeout_ns, max_ns)
+        if clamped != timeout_ns:
+            self.nsqd.logger.info("PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
+                                  self.remote_address, timeout_ns, max_ns, clamped)
+        channel.requeue_in_flight(self, mid, clamped / 1e9)
         self._acked = True
 
     def _touch(self, params: list[bytes], body: None) -> None:
@@ -883,11 +878,11 @@ class ClientV2(asyncio.Protocol):
 
     def _dpub(self, params: list[bytes], body: bytes) -> None:
         topic_name = params[1].decode("ascii")
-        delay_ms = parse_int(params[2])  # range-checked by the parser
+        delay_ns = ms_to_duration_ns(byte_to_base10(params[2]))  # checked by the parser
         try:
             topic = self.nsqd.get_topic(topic_name)
             mid = self.nsqd.id_factory.next_id()
-            topic.put_deferred((mid, body, _time_ns(), 0), delay_ms / 1000.0)
+            topic.put_deferred((mid, body, _time_ns(), 0), delay_ns / 1e9)
         except OSError as err:
             raise FatalError(E_DPUB_FAILED, f"DPUB failed {err}") from None
         self._published(topic_name, 1)

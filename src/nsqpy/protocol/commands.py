@@ -86,16 +86,38 @@ def check_topic(cmd: str, params: list[bytes]) -> str:
     return topic.decode("ascii")
 
 
-def parse_int(raw: bytes) -> int:
-    """Go's ``strconv.ParseInt(s, 10, 64)`` accepting an optional sign; ValueError otherwise."""
-    text = raw.decode("ascii")
-    digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits.isdigit() or not digits.isascii():
-        raise ValueError(text)
-    value = int(text)
-    if not -(1 << 63) <= value < (1 << 63):
-        raise ValueError(text)
-    return value
+_U64 = 1 << 64
+_I64_MIN = 1 << 63
+MS = 1_000_000  # nanoseconds
+
+
+def byte_to_base10(raw: bytes) -> int:
+    """Upstream's ``protocol.ByteToBase10``: ASCII digits only (no sign, no space), the empty
+    string is 0, and a value past 64 bits wraps around (Go's uint64 arithmetic); ValueError
+    for anything else."""
+    n = 0
+    for d in raw:
+        if not 48 <= d <= 57:
+            raise ValueError(raw)
+        n = n * 10 + d - 48
+    return n % _U64
+
+
+def as_int64(value: int) -> int:
+    """Go's ``int64(u)`` of a uint64: the two's-complement reading."""
+    value %= _U64
+    return value - _U64 if value >= _I64_MIN else value
+
+
+def ms_to_duration_ns(ms: int) -> int:
+    """Go's ``time.Duration(ms) * time.Millisecond`` for a uint64 ``ms``, wrap-around included."""
+    return as_int64(ms * MS)
+
+
+def arg_text(raw: bytes) -> str:
+    """A command argument as Go's ``%s`` prints it: the bytes as they came (undecodable bytes
+    survive through ``surrogateescape`` into the error frame)."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
@@ -111,12 +133,10 @@ def pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
             raise FatalError(E_INVALID, "DPUB insufficient number of parameters")
         check_topic("DPUB", params)
         try:
-            timeout = parse_int(params[2])
-        except (ValueError, UnicodeDecodeError):
-            raise FatalError(
-                E_INVALID, f"DPUB could not parse timeout {params[2].decode('utf-8', 'replace')}"
-            ) from None
-        if not 0 <= timeout <= limits.max_req_timeout_ms:
+            timeout = byte_to_base10(params[2])
+        except ValueError:
+            raise FatalError(E_INVALID, f"DPUB could not parse timeout {arg_text(params[2])}") from None
+        if not 0 <= ms_to_duration_ns(timeout) <= limits.max_req_timeout_ms * MS:
             raise FatalError(
                 E_INVALID, f"DPUB timeout {timeout} out of range 0-{limits.max_req_timeout_ms}"
             )

@@ -40,7 +40,7 @@ class ProtocolError(Exception):
     @property
     def payload(self) -> bytes:
         """The bytes of the error frame's data."""
-        return f"{self.code} {self.description}".encode()
+        return f"{self.code} {self.description}".encode("utf-8", "surrogateescape")
 
 
 class FatalError(ProtocolError):
