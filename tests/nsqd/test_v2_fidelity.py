@@ -15,6 +15,7 @@ import pytest
 
 from helpers.servers import unique_name
 from helpers.wire import Wire, pack_i32
+from nsqpy.protocol.compression import DeflateCodec
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -194,3 +195,106 @@ def test_identify_numbers_that_do_not_fit_go_types(addr, fields):
     w.cmd(b"IDENTIFY", body=json.dumps(fields).encode())
     w.expect_error(b"E_BAD_BODY IDENTIFY failed to decode JSON body")
     assert w.is_closed()
+
+
+# --- issue #10 item 7: the connection's log lines, as upstream writes them ------------------------
+
+def _wait_log(node, text: str, timeout: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        log = node.log()
+        if text in log or time.monotonic() > deadline:
+            return log
+        time.sleep(0.05)
+
+
+def _addr_of(w: Wire) -> str:
+    host, port = w.sock.getsockname()[:2]
+    return f"{host}:{port}"
+
+
+@pytest.fixture(scope="module")
+def logged_nsqd(tmp_path_factory):
+    from helpers.servers import Nsqd
+    node = Nsqd(tmp_path_factory.mktemp("logged"))
+    yield node
+    node.stop()
+
+
+def test_magic_is_logged(logged_nsqd):
+    w = Wire(logged_nsqd.tcp_address)
+    me = _addr_of(w)
+    w.send(b"NOP\n")
+    log = _wait_log(logged_nsqd, f"CLIENT({me}): desired protocol magic '  V2'")
+    assert f"INFO: TCP: new client({me})" in log
+    assert f"INFO: CLIENT({me}): desired protocol magic '  V2'" in log
+    w.close()
+    log = _wait_log(logged_nsqd, f"PROTOCOL(V2): [{me}] exiting ioloop")
+    assert f"INFO: PROTOCOL(V2): [{me}] exiting ioloop" in log
+    assert f"client({me}) -" not in log  # a clean close between commands is no error
+
+
+def test_bad_magic_is_logged(logged_nsqd):
+    w = Wire(logged_nsqd.tcp_address, magic=b"  V9")
+    me = _addr_of(w)
+    w.expect_error(b"E_BAD_PROTOCOL")
+    log = _wait_log(logged_nsqd, f"client({me}) bad protocol magic")
+    assert f"INFO: CLIENT({me}): desired protocol magic '  V9'" in log
+    assert f"ERROR: client({me}) bad protocol magic '  V9'" in log
+
+
+def test_close_before_magic_is_logged(logged_nsqd):
+    before = logged_nsqd.log().count("failed to read protocol version - unexpected EOF")
+    w = Wire(logged_nsqd.tcp_address, magic=b"  ")
+    w.close()
+    deadline = time.monotonic() + 5
+    while logged_nsqd.log().count("failed to read protocol version - unexpected EOF") == before:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_deflate_client_leaving_is_failed_to_read_command_unexpected_eof(logged_nsqd):
+    # upstream reads a DEFLATE stream through compress/flate, which reports the end of a stream
+    # that has no final block (clients never send one) as an unexpected EOF
+    w = Wire(logged_nsqd.tcp_address)
+    me = _addr_of(w)
+    w.cmd(b"IDENTIFY", body=json.dumps({"feature_negotiation": True, "deflate": True}).encode())
+    w.recv_exactly(int.from_bytes(w.recv_exactly(4), "big"))  # the JSON answer
+    codec = DeflateCodec(6)
+    assert codec.decompress(w.sock.recv(65536)).endswith(b"OK")  # read all: a close is then a FIN
+    w.send(codec.compress(b"NOP\n"))
+    time.sleep(0.1)
+    w.close()
+    log = _wait_log(logged_nsqd, f"client({me}) - failed to read command")
+    assert f"ERROR: client({me}) - failed to read command - unexpected EOF" in log
+
+
+@pytest.mark.parametrize("data,lines", [
+    (b"PUB t\n" + pack_i32(100) + b"only a few",
+     ["ERROR: [{me}] - E_BAD_MESSAGE PUB failed to read message body - unexpected EOF",
+      "ERROR: client({me}) - E_BAD_MESSAGE PUB failed to read message body"]),
+    (b"MPUB t\n" + pack_i32(100) + pack_i32(2) + pack_i32(1) + b"a",
+     ["ERROR: [{me}] - E_BAD_MESSAGE MPUB failed to read message(1) body size - EOF",
+      "ERROR: client({me}) - E_BAD_MESSAGE MPUB failed to read message(1) body size"]),
+    (b"IDENTIFY\n\x00", ["ERROR: [{me}] - E_BAD_BODY IDENTIFY failed to read body size - unexpected EOF"]),
+])
+def test_client_leaving_mid_command_is_logged(logged_nsqd, data, lines):
+    w = Wire(logged_nsqd.tcp_address)
+    me = _addr_of(w)
+    w.send(data)
+    time.sleep(0.1)
+    w.close()
+    log = _wait_log(logged_nsqd, f"PROTOCOL(V2): [{me}] exiting ioloop")
+    for line in lines:
+        assert line.format(me=me) in log
+
+
+def test_client_leaving_mid_line_is_no_error(logged_nsqd):
+    # upstream's line reader returns what it has with io.EOF, which ends the loop quietly
+    w = Wire(logged_nsqd.tcp_address)
+    me = _addr_of(w)
+    w.send(b"PUB t")
+    time.sleep(0.1)
+    w.close()
+    log = _wait_log(logged_nsqd, f"PROTOCOL(V2): [{me}] exiting ioloop")
+    assert f"[{me}] exiting ioloop" in log and f"client({me}) -" not in log

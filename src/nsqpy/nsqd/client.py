@@ -117,7 +117,7 @@ class ClientV2(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = CommandParser(nsqd.limits)
         self.parser.stop_after_identify = True
-        self._magic = bytearray()
+        self._magic: bytearray | None = bytearray()  # None once the V2 magic arrived
         self._gate: int | None = _G_MAGIC
         self._held: list | None = None  # parsed commands waiting for the gate to open
         self._held_raw: bytearray | None = None  # bytes received while the gate was shut
@@ -191,6 +191,7 @@ class ClientV2(asyncio.Protocol):
             self.client_id = self.hostname = self.remote_ip = host
         else:
             self.remote_address = str(peer or "@")
+        self.nsqd.logger.info("TCP: new client(%s)", self.remote_address)
         self.nsqd.add_client(self)
         self._arm_heartbeat()
 
@@ -234,13 +235,14 @@ class ClientV2(asyncio.Protocol):
             data = data[need:]
             if len(self._magic) < 4:
                 return
-            if bytes(self._magic) != MAGIC_V2:
-                self.nsqd.logger.error("client(%s) bad protocol magic %s", self.remote_address,
-                                       go_quote(bytes(self._magic)))
+            magic = self._magic.decode("utf-8", "replace")
+            self.nsqd.logger.info("CLIENT(%s): desired protocol magic '%s'", self.remote_address, magic)
+            if self._magic != MAGIC_V2:
                 self._send_now(encode_error(BAD_PROTOCOL_PAYLOAD))
                 self.close_connection()
+                self.nsqd.logger.error("client(%s) bad protocol magic '%s'", self.remote_address, magic)
                 return
-            self._magic = bytearray()
+            self._magic = None  # the V2 command loop runs from here
             self._gate = self._base_gate()
         elif gate == _G_THROTTLE:
             transport = self.transport
@@ -314,6 +316,7 @@ class ClientV2(asyncio.Protocol):
         if self._lost:
             return
         self._lost = True
+        self._log_end(exc)
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
         task, self._task = self._task, None
@@ -328,6 +331,50 @@ class ClientV2(asyncio.Protocol):
         self._raw_transport = None
         self._held = self._held_raw = None
         self.out.clear()
+
+    def _log_end(self, exc: Exception | None) -> None:
+        """Upstream's log lines for a connection's end: what the read that ended it was for
+        (the protocol magic, a command line, a command's body) and how it failed."""
+        log = self.nsqd.logger
+        addr = self.remote_address
+        if self._close_requested:  # we closed it; the reason is already logged
+            if self._magic is None:
+                log.info("PROTOCOL(V2): [%s] exiting ioloop", addr)
+            return
+        if isinstance(exc, ConnectionResetError):
+            cause = f"read tcp {self._local_address()}->{addr}: read: connection reset by peer"
+        elif exc is not None:
+            cause = str(exc) or type(exc).__name__
+        else:
+            cause = "EOF"
+        if self._magic is not None:
+            if cause == "EOF" and self._magic:
+                cause = "unexpected EOF"
+            log.error("failed to read protocol version - %s", cause)
+            return
+        if self.deflate and exc is None:
+            cause = "unexpected EOF"  # a raw DEFLATE stream never ends cleanly (no final block)
+        error = None
+        cut = None if self.parser.dead else self.parser.eof_error()
+        if cut is not None:
+            fatal, eof_cause = cut
+            if cause == "EOF":
+                cause = eof_cause
+            log.error("[%s] - %s - %s", addr, fatal, cause)
+            error = str(fatal)
+        elif cause != "EOF":
+            error = f"failed to read command - {cause}"
+        log.info("PROTOCOL(V2): [%s] exiting ioloop", addr)
+        if error is not None:
+            log.error("client(%s) - %s", addr, error)
+
+    def _local_address(self) -> str:
+        transport = self.transport or self._raw_transport
+        sockname = transport.get_extra_info("sockname") if transport is not None else None
+        if isinstance(sockname, tuple):
+            host, port = sockname[0], sockname[1]
+            return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return str(sockname or "")
 
     # --- the gate: holding commands back while the connection waits ----------------------------
 
@@ -461,13 +508,14 @@ class ClientV2(asyncio.Protocol):
             self._last_read = now  # waiting on the auth server, not on the client
         if not self.writable and now - self._paused_since > hb:
             self.nsqd.logger.error("client(%s) - write timeout: slow consumer", self.remote_address)
+            self._close_requested = True
             self.transport.abort()
             return
         if now - self._last_read > 2 * hb:
             self.nsqd.logger.error("client(%s) - read timeout: no data for %.1fs", self.remote_address,
                                    now - self._last_read)
             if not self.writable:  # nothing more would reach it: don't wait for a drain
-                self._closed = True
+                self._closed = self._close_requested = True
                 self.transport.abort()
             else:
                 self.close_connection()
@@ -662,6 +710,7 @@ class ClientV2(asyncio.Protocol):
             if not self._close_requested:
                 nsqd.logger.error("client(%s) - %s IDENTIFY failed %s", self.remote_address,
                                   E_IDENTIFY_FAILED, err or type(err).__name__)
+            self._close_requested = True
             raw.abort()
             self.connection_lost(err)  # the transport's protocol was no longer this one
             return
