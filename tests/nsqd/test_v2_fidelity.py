@@ -298,3 +298,29 @@ def test_client_leaving_mid_line_is_no_error(logged_nsqd):
     w.close()
     log = _wait_log(logged_nsqd, f"PROTOCOL(V2): [{me}] exiting ioloop")
     assert f"[{me}] exiting ioloop" in log and f"client({me}) -" not in log
+
+
+def test_fatal_error_is_logged_twice_like_upstream(logged_nsqd):
+    # upstream's command loop logs "[addr] - err", then its TCP handler "client(addr) - err"
+    w = Wire(logged_nsqd.tcp_address)
+    me = _addr_of(w)
+    w.send(b"FOO\n")
+    w.expect_error(b"E_INVALID invalid command FOO")
+    log = _wait_log(logged_nsqd, f"client({me}) - E_INVALID")
+    first = log.index(f"ERROR: [{me}] - E_INVALID invalid command FOO")
+    second = log.index(f"INFO: PROTOCOL(V2): [{me}] exiting ioloop")
+    assert first < second < log.index(f"ERROR: client({me}) - E_INVALID invalid command FOO")
+
+
+def test_line_too_long_and_read_timeout_are_logged_like_upstream(logged_nsqd):
+    long_line = Wire(logged_nsqd.tcp_address)
+    long_me = _addr_of(long_line)
+    long_line.send(b"X" * 20000)
+    quiet = Wire(logged_nsqd.tcp_address)
+    quiet_me = _addr_of(quiet)
+    quiet.identify(heartbeat_interval=1000)  # read deadline 2 s; heartbeats left unanswered
+    log = _wait_log(logged_nsqd, f"client({quiet_me}) - failed to read command", timeout=8)
+    local = logged_nsqd.tcp_address
+    assert f"ERROR: client({long_me}) - failed to read command - bufio: buffer full" in log
+    assert f"ERROR: client({quiet_me}) - failed to read command - read tcp {local}->{quiet_me}: " \
+           "i/o timeout" in log

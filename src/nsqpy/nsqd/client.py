@@ -125,6 +125,7 @@ class ClientV2(asyncio.Protocol):
         self._io_paused = False  # reading is actually paused on the transport
         self._task: asyncio.Task | None = None  # the TLS handshake or auth query under way
         self._close_requested = False  # close_connection() was called (vs. the peer leaving)
+        self._end_error: str | None = None  # why we closed it, logged when it is gone
         self._raw_transport: asyncio.Transport | None = None  # the TCP transport during a handshake
         self._lost = False
         self.state = STATE_INIT
@@ -209,7 +210,7 @@ class ClientV2(asyncio.Protocol):
         try:
             data = self._decompress(data)  # type: ignore[misc]
         except CompressionError as err:
-            self.nsqd.logger.error("client(%s) %s", self.remote_address, err)
+            self._end_error = f"failed to read command - {err}"
             self.close_connection()
             return
         self._process(self.parser.feed(data))
@@ -262,7 +263,7 @@ class ClientV2(asyncio.Protocol):
                 return
             if isinstance(item, FatalError):
                 if isinstance(item, LineTooLong):
-                    self.nsqd.logger.error("client(%s) %s", self.remote_address, item.description)
+                    self._end_error = "failed to read command - bufio: buffer full"  # upstream's
                     self.close_connection()
                 else:
                     self._fatal(item)
@@ -337,9 +338,11 @@ class ClientV2(asyncio.Protocol):
         (the protocol magic, a command line, a command's body) and how it failed."""
         log = self.nsqd.logger
         addr = self.remote_address
-        if self._close_requested:  # we closed it; the reason is already logged
+        if self._close_requested:  # we closed it, for the reason in _end_error if any
             if self._magic is None:
                 log.info("PROTOCOL(V2): [%s] exiting ioloop", addr)
+                if self._end_error is not None:
+                    log.error("client(%s) - %s", addr, self._end_error)
             return
         if isinstance(exc, ConnectionResetError):
             cause = f"read tcp {self._local_address()}->{addr}: read: connection reset by peer"
@@ -466,7 +469,8 @@ class ClientV2(asyncio.Protocol):
         self._flush()
 
     def _fatal(self, err: ProtocolError) -> None:
-        self.nsqd.logger.error("client(%s) - %s", self.remote_address, err)
+        self.nsqd.logger.error("[%s] - %s", self.remote_address, err)
+        self._end_error = str(err)  # logged again as the connection ends, as upstream does
         self._send_now(encode_error(err.payload))
         self.close_connection()
 
@@ -512,8 +516,8 @@ class ClientV2(asyncio.Protocol):
             self.transport.abort()
             return
         if now - self._last_read > 2 * hb:
-            self.nsqd.logger.error("client(%s) - read timeout: no data for %.1fs", self.remote_address,
-                                   now - self._last_read)
+            self._end_error = (f"failed to read command - read tcp {self._local_address()}->"
+                               f"{self.remote_address}: i/o timeout")
             if not self.writable:  # nothing more would reach it: don't wait for a drain
                 self._closed = self._close_requested = True
                 self.transport.abort()
