@@ -300,7 +300,7 @@ class NSQD:
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        from .client import ClientV2
+        from .connection import V2Connection
 
         opts = self.options
         if not os.path.isdir(self.data_path):
@@ -316,12 +316,12 @@ class NSQD:
         self._started = True
         addr = opts.tcp_address
         if is_unix_socket(addr):
-            self._tcp_server = await self.loop.create_unix_server(lambda: ClientV2(self), addr)
+            self._tcp_server = await self.loop.create_unix_server(lambda: V2Connection(self), addr)
             self.tcp_port = -1
         else:
             host, port = split_host_port(addr)
             self._tcp_server = await self.loop.create_server(
-                lambda: ClientV2(self), host or None, port, reuse_address=True, backlog=1024)
+                lambda: V2Connection(self), host or None, port, reuse_address=True, backlog=1024)
             self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
         self.logger.info("TCP: listening on %s", _sockname(self._tcp_server))
         if opts.http_address:
