@@ -324,3 +324,24 @@ def test_line_too_long_and_read_timeout_are_logged_like_upstream(logged_nsqd):
     assert f"ERROR: client({long_me}) - failed to read command - bufio: buffer full" in log
     assert f"ERROR: client({quiet_me}) - failed to read command - read tcp {local}->{quiet_me}: " \
            "i/o timeout" in log
+
+
+def test_parse_error_cause_identify_and_upgrade_lines(logged_nsqd):
+    w = Wire(logged_nsqd.tcp_address)
+    me = _addr_of(w)
+    w.send(b"DPUB t -5\n")
+    w.expect_error(b"E_INVALID DPUB could not parse timeout -5")
+    n = Wire(logged_nsqd.tcp_address)
+    neg = _addr_of(n)
+    n.cmd(b"IDENTIFY", body=json.dumps({"feature_negotiation": True, "deflate": True,
+                                         "client_id": "c", "user_agent": "ua/1"}).encode())
+    log = _wait_log(logged_nsqd, f"[{neg}] upgrading connection")
+    assert f"ERROR: [{me}] - E_INVALID DPUB could not parse timeout -5 - failed to convert to Base10" in log
+    assert f"INFO: [{neg}] IDENTIFY: {{ClientID:c Hostname: HeartbeatInterval:0 OutputBufferSize:0 " \
+           "OutputBufferTimeout:0 FeatureNegotiation:true TLSv1:false Deflate:true DeflateLevel:0 " \
+           "Snappy:false SampleRate:0 UserAgent:ua/1 MsgTimeout:0}" in log
+    assert f"INFO: PROTOCOL(V2): [{neg}] upgrading connection to deflate (level 6)" in log
+    w.close()
+    log = _wait_log(logged_nsqd, f"PROTOCOL(V2): [{me}] exiting messagePump")
+    assert log.index(f"ERROR: client({me}) - E_INVALID DPUB") < \
+        log.index(f"INFO: PROTOCOL(V2): [{me}] exiting messagePump")

@@ -39,6 +39,10 @@ _STR_FIELDS = ("client_id", "hostname", "user_agent", "short_id", "long_id",
                "topology_region", "topology_zone")
 
 
+def _identify_error(text: str) -> FatalError:
+    return FatalError(E_BAD_BODY, f"IDENTIFY {text}", text)  # upstream logs the text again
+
+
 def _unwired() -> None:
     """Placeholder for the hooks a connection installs (a record without one does nothing)."""
 
@@ -69,6 +73,30 @@ def check_identify_types(data: Any) -> dict:
         elif not isinstance(v, str):
             raise ValueError(key)
     return data
+
+
+# upstream's identifyDataV2 fields in order, as its log prints the struct (Go's %+v)
+_GO_FIELDS = (("ClientID", "client_id"), ("Hostname", "hostname"),
+              ("HeartbeatInterval", "heartbeat_interval"), ("OutputBufferSize", "output_buffer_size"),
+              ("OutputBufferTimeout", "output_buffer_timeout"),
+              ("FeatureNegotiation", "feature_negotiation"), ("TLSv1", "tls_v1"),
+              ("Deflate", "deflate"), ("DeflateLevel", "deflate_level"), ("Snappy", "snappy"),
+              ("SampleRate", "sample_rate"), ("UserAgent", "user_agent"), ("MsgTimeout", "msg_timeout"))
+
+
+def go_identify_text(data: dict) -> str:
+    """IDENTIFY's fields as upstream logs them: ``{ClientID:x Hostname:y HeartbeatInterval:0 ...}``."""
+    parts = []
+    for go_name, key in _GO_FIELDS:
+        value = data.get(key)
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif value is None:
+            text = "false" if key in _BOOL_FIELDS else "" if key in _STR_FIELDS else "0"
+        else:
+            text = str(value)
+        parts.append(f"{go_name}:{text}")
+    return "{" + " ".join(parts) + "}"
 
 
 class ClientV2:
@@ -133,7 +161,7 @@ class ClientV2:
         elif 1000 <= hb <= opts.max_heartbeat_interval * 1000:
             heartbeat = hb / 1000.0
         else:
-            raise FatalError(E_BAD_BODY, f"IDENTIFY heartbeat interval ({hb}) is invalid")
+            raise _identify_error(f"heartbeat interval ({hb}) is invalid")
         obs = data.get("output_buffer_size", 0)
         if obs == -1:
             out_size = 1
@@ -142,7 +170,7 @@ class ClientV2:
         elif 64 <= obs <= opts.max_output_buffer_size:
             out_size = obs
         else:
-            raise FatalError(E_BAD_BODY, f"IDENTIFY output buffer size ({obs}) is invalid")
+            raise _identify_error(f"output buffer size ({obs}) is invalid")
         obt = data.get("output_buffer_timeout", 0)
         if obt == -1:
             out_timeout = 0.0
@@ -151,17 +179,17 @@ class ClientV2:
         elif opts.min_output_buffer_timeout * 1000 <= obt <= opts.max_output_buffer_timeout * 1000:
             out_timeout = obt / 1000.0
         else:
-            raise FatalError(E_BAD_BODY, f"IDENTIFY output buffer timeout ({obt}) is invalid")
+            raise _identify_error(f"output buffer timeout ({obt}) is invalid")
         rate = data.get("sample_rate", 0)
         if not 0 <= rate <= 99:
-            raise FatalError(E_BAD_BODY, f"IDENTIFY sample rate ({rate}) is invalid")
+            raise _identify_error(f"sample rate ({rate}) is invalid")
         mt = data.get("msg_timeout", 0)
         if mt == 0:
             msg_timeout = self.msg_timeout
         elif 1000 <= mt <= opts.max_msg_timeout * 1000:
             msg_timeout = mt / 1000.0
         else:
-            raise FatalError(E_BAD_BODY, f"IDENTIFY msg timeout ({mt}) is invalid")
+            raise _identify_error(f"msg timeout ({mt}) is invalid")
         self.heartbeat_interval = heartbeat
         self.output_buffer_size = out_size
         self.output_buffer_timeout = out_timeout

@@ -332,7 +332,8 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
         self._flush()
 
     def _fatal(self, err: ProtocolError) -> None:
-        self.nsqd.logger.error("[%s] - %s", self.client.remote_address, err)
+        cause = f" - {err.cause}" if err.cause else ""
+        self.nsqd.logger.error("[%s] - %s%s", self.client.remote_address, err, cause)
         self.end_error = str(err)  # logged again as the connection ends, as upstream does
         self._send_now(encode_error(err.payload))
         self.close_connection()

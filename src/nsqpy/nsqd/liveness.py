@@ -93,6 +93,7 @@ class Liveness:
                 log.info("PROTOCOL(V2): [%s] exiting ioloop", addr)
                 if self.end_error is not None:
                     log.error("client(%s) - %s", addr, self.end_error)
+                log.info("PROTOCOL(V2): [%s] exiting messagePump", addr)
             return
         if isinstance(exc, ConnectionResetError):
             cause = f"read tcp {self._local_address()}->{addr}: read: connection reset by peer"
@@ -120,6 +121,7 @@ class Liveness:
         log.info("PROTOCOL(V2): [%s] exiting ioloop", addr)
         if error is not None:
             log.error("client(%s) - %s", addr, error)
+        log.info("PROTOCOL(V2): [%s] exiting messagePump", addr)
 
     def _local_address(self) -> str:
         transport = self.transport or self._raw_transport

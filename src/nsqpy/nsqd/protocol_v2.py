@@ -24,7 +24,7 @@ import orjson
 
 from .. import NSQ_COMPAT_VERSION
 from ..protocol.commands import (
-    MS, Limits, arg_text, as_int64, byte_to_base10, check_topic, go_quote, ms_to_duration_ns,
+    BASE10_ERROR, MS, Limits, arg_text, as_int64, byte_to_base10, check_topic, go_quote, ms_to_duration_ns,
     pre_body_checks,
 )
 from ..protocol.errors import (
@@ -34,7 +34,9 @@ from ..protocol.errors import (
 )
 from ..protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_response
 from ..protocol.names import is_valid_name
-from .client import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, check_identify_types
+from .client import (
+    STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, check_identify_types, go_identify_text,
+)
 from .stats import go_json
 from .tls import TLS_REQUIRED_FALSE
 
@@ -138,6 +140,7 @@ class ProtocolV2:
         client = self.client
         nsqd = self.nsqd
         opts = nsqd.options
+        nsqd.logger.info("[%s] IDENTIFY: %s", client.remote_address, go_identify_text(data))
         client.identify(data, opts)
         if not data.get("feature_negotiation"):
             client.out.append(OK_FRAME)
@@ -243,7 +246,8 @@ class ProtocolV2:
             try:
                 count = as_int64(byte_to_base10(params[1]))
             except ValueError:
-                raise FatalError(E_INVALID, f"RDY could not parse count {arg_text(params[1])}") from None
+                raise FatalError(E_INVALID, f"RDY could not parse count {arg_text(params[1])}",
+                                 BASE10_ERROR) from None
         max_rdy = self.nsqd.options.max_rdy_count
         if count < 0 or count > max_rdy:
             raise FatalError(E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
@@ -273,7 +277,8 @@ class ProtocolV2:
         try:
             timeout_ns = ms_to_duration_ns(byte_to_base10(params[2]))
         except ValueError:
-            raise FatalError(E_INVALID, f"REQ could not parse timeout {arg_text(params[2])}") from None
+            raise FatalError(E_INVALID, f"REQ could not parse timeout {arg_text(params[2])}",
+                             BASE10_ERROR) from None
         client = self.client
         max_ns = self.nsqd.limits.max_req_timeout_ms * MS
         clamped = 0 if timeout_ns < 0 else min(timeout_ns, max_ns)

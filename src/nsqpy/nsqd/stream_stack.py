@@ -86,18 +86,21 @@ class StreamStack:
             codec = SnappyCodec()
         elif upgrade.deflate_level:
             codec = DeflateCodec(upgrade.deflate_level, max_output=INFLATE_STEP)
+        codec_name = "snappy" if upgrade.snappy else f"deflate (level {upgrade.deflate_level})"
         if upgrade.tls or codec is not None:
             self._flush()
         if upgrade.tls:
+            self._log_upgrade("TLS")
             if self.parser.take_buffer():
                 # the handshake must start after our answer; bytes sent before it are lost
                 # (upstream's buffered reader drops them too, and then times out)
                 raise FatalError(E_IDENTIFY_FAILED,
                                  "IDENTIFY failed data received before the TLS handshake")
-            self._start_tls(codec)
+            self._start_tls(codec, codec_name)
             return
         if codec is not None:
             leftover = self.parser.take_buffer()  # already compressed: it goes through the codec
+            self._log_upgrade(codec_name)
             self._enable_codec(codec)
             if leftover:
                 self._held_raw = bytearray(leftover)
@@ -105,6 +108,10 @@ class StreamStack:
         if self.parser.buffered or self._held_raw:
             self._hold_reading(pause=False)  # bytes arriving meanwhile queue up behind those
             self.nsqd.loop.call_soon(self._release)
+
+    def _log_upgrade(self, what: str) -> None:
+        self.nsqd.logger.info("PROTOCOL(V2): [%s] upgrading connection to %s",
+                              self.client.remote_address, what)
 
     def _enable_codec(self, codec: "SnappyCodec | DeflateCodec") -> None:
         if isinstance(codec, SnappyCodec):
@@ -116,14 +123,15 @@ class StreamStack:
         self._decompress = codec.decompress
         self.out.append(OK_FRAME)  # the first compressed frame
 
-    def _start_tls(self, codec: "SnappyCodec | DeflateCodec | None") -> None:
+    def _start_tls(self, codec: "SnappyCodec | DeflateCodec | None", codec_name: str) -> None:
         """Upgrade after the IDENTIFY answer went out; nothing else runs until it is done."""
         self._hold_reading()  # no byte of the ClientHello may reach the V2 parser
         self._raw_transport = self.transport
         self.transport = None  # and no clear-text frame (a heartbeat) may interleave
-        self._task = self.nsqd.loop.create_task(self._tls_handshake(codec))
+        self._task = self.nsqd.loop.create_task(self._tls_handshake(codec, codec_name))
 
-    async def _tls_handshake(self, codec: "SnappyCodec | DeflateCodec | None") -> None:
+    async def _tls_handshake(self, codec: "SnappyCodec | DeflateCodec | None",
+                             codec_name: str) -> None:
         raw = self._raw_transport
         nsqd = self.nsqd
         if raw is None or self._closed:
@@ -157,6 +165,7 @@ class StreamStack:
         self.protocol.tls_established()
         self._send_now(OK_FRAME)  # the first frame over TLS
         if codec is not None:
+            self._log_upgrade(codec_name)
             self._enable_codec(codec)
             self._flush()
         self._release()

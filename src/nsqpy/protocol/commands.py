@@ -91,6 +91,9 @@ _I64_MIN = 1 << 63
 MS = 1_000_000  # nanoseconds
 
 
+BASE10_ERROR = "failed to convert to Base10"  # upstream's parse error, logged as the cause
+
+
 def byte_to_base10(raw: bytes) -> int:
     """Upstream's ``protocol.ByteToBase10``: ASCII digits only (no sign, no space), the empty
     string is 0, and a value past 64 bits wraps around (Go's uint64 arithmetic); ValueError
@@ -135,7 +138,8 @@ def pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
         try:
             timeout = byte_to_base10(params[2])
         except ValueError:
-            raise FatalError(E_INVALID, f"DPUB could not parse timeout {arg_text(params[2])}") from None
+            raise FatalError(E_INVALID, f"DPUB could not parse timeout {arg_text(params[2])}",
+                             BASE10_ERROR) from None
         if not 0 <= ms_to_duration_ns(timeout) <= limits.max_req_timeout_ms * MS:
             raise FatalError(
                 E_INVALID, f"DPUB timeout {timeout} out of range 0-{limits.max_req_timeout_ms}"
