@@ -345,3 +345,12 @@ def test_parse_error_cause_identify_and_upgrade_lines(logged_nsqd):
     log = _wait_log(logged_nsqd, f"PROTOCOL(V2): [{me}] exiting messagePump")
     assert log.index(f"ERROR: client({me}) - E_INVALID DPUB") < \
         log.index(f"INFO: PROTOCOL(V2): [{me}] exiting messagePump")
+
+
+def test_state_refusal_comes_before_the_body_even_pipelined_after_sub(addr):
+    # upstream runs commands one by one: after SUB, IDENTIFY is refused before its size is read
+    w = Wire(addr)
+    w.send(b"SUB " + unique_name().encode() + b" c\nIDENTIFY\n" + pack_i32(0x7FFFFFFF))
+    w.expect_ok()
+    w.expect_error(b"E_INVALID cannot IDENTIFY in current state")
+    assert w.is_closed()

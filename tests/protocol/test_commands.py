@@ -233,3 +233,10 @@ def test_byte_to_base10_is_upstreams():
             byte_to_base10(bad)
     assert as_int64(byte_to_base10(b"18446744073709551615")) == -1
     assert ms_to_duration_ns(9223372036855) < 0  # time.Duration(ms) * time.Millisecond overflows
+
+
+def test_stop_after_sub():
+    parser = CommandParser()
+    parser.stop_after_sub = True
+    assert parser.feed(b"SUB t c\nRDY 1\n") == [(b"SUB", [b"SUB", b"t", b"c"], None)]
+    assert parser.feed(b"") == [(b"RDY", [b"RDY", b"1"], None)]

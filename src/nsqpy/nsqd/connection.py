@@ -65,6 +65,7 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
         self.protocol = ProtocolV2(nsqd, client)
         self.parser = CommandParser(nsqd.limits)
         self.parser.stop_after_identify = True  # the stream may change under the next bytes
+        self.parser.stop_after_sub = True  # and what the next commands may be
         self.parser.pre_body_check = self.protocol.pre_body
         self.transport: asyncio.Transport | None = None
         self.magic: bytearray | None = bytearray()  # None once the V2 magic arrived
@@ -201,6 +202,7 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
 
     def _process(self, items: list) -> None:
         protocol = self.protocol
+        moved = False  # the state changed: the lines after it are parsed for the new one
         for item in items:
             if self._closed:
                 return
@@ -220,6 +222,7 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
                 upgrade = entry[0](protocol, params, body)
                 if entry[1] is not None:
                     protocol.enter(entry[1])
+                    moved = True
             except ClientError as err:
                 self.out.append(encode_error(err.payload))
                 continue
@@ -236,6 +239,10 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
                 except FatalError as err:
                     self._fatal(err)
                     return
+        if moved and not self._closed and self._gate != _G_HOLD:
+            self.parser.stop_after_sub = False  # SUB happens once
+            self._process(self.parser.feed(b""))
+            return
         if protocol.acked:
             protocol.acked = False
             channel = self.client.channel

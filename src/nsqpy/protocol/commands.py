@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Union
+from typing import NoReturn, Union
 
 from .errors import E_BAD_BODY, E_BAD_MESSAGE, E_BAD_PROTOCOL, E_BAD_TOPIC, E_INVALID, FatalError
 from .names import is_valid_name
@@ -170,21 +170,32 @@ def _check_body_size(name: bytes, size: int, limit: int) -> None:
         raise FatalError(E_BAD_BODY, f"{cmd} body too big {size} > {limit}")
 
 
+def _bad_mpub_size(index: int, size: int, limits: Limits, total: int) -> NoReturn:
+    """The error for an MPUB message size that failed its check (kept off the hot loop)."""
+    if size <= 0:
+        raise FatalError(E_BAD_MESSAGE, f"MPUB invalid message({index}) body size {size}")
+    if size > limits.max_msg_size:
+        raise FatalError(E_BAD_MESSAGE, f"MPUB message too big {size} > {limits.max_msg_size}")
+    raise FatalError(E_BAD_BODY, f"MPUB body too big {total} > {limits.max_body_size}")
+
+
 class CommandParser:
     """Incremental V2 command parser (after the magic has been consumed).
 
-    Two knobs serve nsqd's connection (both cost nothing per command when unused):
+    Knobs that serve nsqd's connection (they cost nothing per command when unused):
 
     * ``stop_after_identify``: return right after an IDENTIFY, leaving later bytes unparsed,
       because IDENTIFY may switch the stream to TLS or compression and those bytes then belong
       to the new stream (:meth:`take_buffer` hands them over).
+    * ``stop_after_sub``: return right after a SUB, which changes what the lines after it may
+      be (IDENTIFY and AUTH are refused from then on, before their bodies are read).
     * ``pre_body_check``: the function that vets a body command's line before its size is read
-      (``(name, params, limits) -> max body size``). A connection that must refuse commands
-      before looking at their bodies (TLS required but not negotiated) installs its own.
+      (``(name, params, limits) -> max body size``): nsqd's state machine installs its own, which
+      refuses a command the connection's state does not allow, as upstream does.
     """
 
     __slots__ = ("_buf", "_limits", "_pending", "_mpub", "_dead", "stop_after_identify",
-                 "pre_body_check")
+                 "stop_after_sub", "pre_body_check")
 
     def __init__(self, limits: Limits | None = None) -> None:
         self._buf = bytearray()
@@ -195,6 +206,7 @@ class CommandParser:
         self._mpub: list | None = None
         self._dead = False
         self.stop_after_identify = False
+        self.stop_after_sub = False
         self.pre_body_check = pre_body_checks
 
     def take_buffer(self) -> bytes:
@@ -262,26 +274,24 @@ class CommandParser:
         bodies: list[bytes] = state[2]
         append = bodies.append
         max_msg = limits.max_msg_size
-        max_body = limits.max_body_size
-        total = state[3]
-        while len(bodies) < count:
+        room = limits.max_body_size - state[3]  # what this MPUB may still hold
+        i = len(bodies)
+        while i < count:
             if end - pos < 4:
                 break
-            (size,) = _unpack_i32(buf, pos)
-            if size <= 0:
-                raise FatalError(E_BAD_MESSAGE, f"MPUB invalid message({len(bodies)}) body size {size}")
-            if size > max_msg:
-                raise FatalError(E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg}")
-            if total + 4 + size > max_body:
-                raise FatalError(E_BAD_BODY, f"MPUB body too big {total + 4 + size} > {max_body}")
-            if end - pos - 4 < size:
+            size = _unpack_i32(buf, pos)[0]
+            if size <= 0 or size > max_msg or size + 4 > room:
+                _bad_mpub_size(i, size, limits, limits.max_body_size - room + 4 + size)
+            start = pos + 4
+            stop = start + size
+            if stop > end:
                 break  # the size is read again with its body
-            pos += 4
-            append(bytes(buf[pos : pos + size]))
-            pos += size
-            total += 4 + size
-        state[3] = total
-        if len(bodies) < count:
+            append(bytes(buf[start:stop]))
+            pos = stop
+            room -= size + 4
+            i += 1
+        state[3] = limits.max_body_size - room
+        if i < count:
             return pos, None
         self._mpub = None
         return pos, (b"MPUB", state[0], bodies)
@@ -306,6 +316,7 @@ class CommandParser:
         end = len(buf)
         limits = self._limits
         pre_body = self.pre_body_check
+        stop_after_sub = self.stop_after_sub
         try:
             while True:
                 if self._mpub is not None:
@@ -350,6 +361,8 @@ class CommandParser:
                     continue
                 pos = nl + 1
                 out.append((name, params, None))
+                if stop_after_sub and name == b"SUB":
+                    break
         except FatalError as err:
             self._dead = True
             out.append(err)
