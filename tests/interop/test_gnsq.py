@@ -92,7 +92,7 @@ def test_gnsq_heartbeats(nsqd):
         assert 3 <= len(beats) <= 6, (who, beats)
         gaps = [b - a for a, b in zip(beats, beats[1:])]
         assert all(0.7 <= g <= 1.6 for g in gaps), (who, gaps)
-    assert "read timeout" not in nsqd.log()
+    assert "i/o timeout" not in nsqd.log()
     assert_server_healthy(nsqd)
 
 

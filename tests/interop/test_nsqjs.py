@@ -110,7 +110,7 @@ def test_nsqjs_heartbeats(nsqd):
         assert 3 <= len(nops) <= 6, (kind, nops)
         gaps = [b - a for a, b in zip(nops, nops[1:])]
         assert all(0.7 <= g <= 1.6 for g in gaps), (kind, gaps)
-    assert "read timeout" not in nsqd.log()
+    assert "i/o timeout" not in nsqd.log()
     assert_server_healthy(nsqd)
 
 

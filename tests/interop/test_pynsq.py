@@ -251,7 +251,7 @@ def test_heartbeats_keep_idle_connections_alive(nsqd, tornado_run):
             await asyncio.sleep(0.1)
 
     tornado_run(main, 25)
-    assert "read timeout" not in nsqd.log()
+    assert "i/o timeout" not in nsqd.log()
     assert_server_healthy(nsqd)
 
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsqpy.protocol.commands import (
-    CommandParser, Limits, LineTooLong, encode_command, encode_mpub, go_quote, parse_mpub_body,
+    CommandParser, Limits, LineTooLong, as_int64, byte_to_base10, encode_command, encode_mpub, go_quote,
+    ms_to_duration_ns,
 )
 from nsqpy.protocol.errors import FatalError
 
@@ -73,7 +74,8 @@ def test_unknown_commands_are_returned_for_the_server_to_reject():
     (b"PUB " + b"a" * 65 + b"\n", f'E_BAD_TOPIC PUB topic name "{"a" * 65}" is not valid'),
     (b"DPUB t abc\n", "E_INVALID DPUB could not parse timeout abc"),
     (b"DPUB t 3600001\n", "E_INVALID DPUB timeout 3600001 out of range 0-3600000"),
-    (b"DPUB t -1\n", "E_INVALID DPUB timeout -1 out of range 0-3600000"),
+    (b"DPUB t -1\n", "E_INVALID DPUB could not parse timeout -1"),
+    (b"DPUB t 18446744073709551615\n", "E_INVALID DPUB timeout 18446744073709551615 out of range 0-3600000"),
     (b"PUB t\n" + I32(0), "E_BAD_MESSAGE PUB invalid message body size 0"),
     (b"PUB t\n" + I32(-5), "E_BAD_MESSAGE PUB invalid message body size -5"),
     (b"PUB t\n" + I32(1048577), "E_BAD_MESSAGE PUB message too big 1048577 > 1048576"),
@@ -84,9 +86,7 @@ def test_unknown_commands_are_returned_for_the_server_to_reject():
     (b"MPUB t\n" + I32(4) + I32(-1), "E_BAD_BODY MPUB invalid message count -1"),
     (b"MPUB t\n" + I32(8) + I32(1) + I32(0), "E_BAD_MESSAGE MPUB invalid message(0) body size 0"),
     (b"MPUB t\n" + I32(8) + I32(1) + I32(2000000), "E_BAD_MESSAGE MPUB message too big 2000000 > 1048576"),
-    (b"MPUB t\n" + I32(9) + I32(1) + I32(5) + b"a", "E_BAD_MESSAGE MPUB failed to read message body"),
     (b"MPUB t\n" + I32(8) + I32(2) + I32(0), "E_BAD_MESSAGE MPUB invalid message(0) body size 0"),
-    (b"MPUB t\n" + I32(2) + b"\x00\x00", "E_BAD_BODY MPUB failed to read message count"),
     (b"IDENTIFY\n" + I32(0), "E_BAD_BODY IDENTIFY invalid body size 0"),
     (b"IDENTIFY\n" + I32(5242881), "E_BAD_BODY IDENTIFY body too big 5242881 > 5242880"),
     (b"AUTH x\n", "E_INVALID AUTH invalid number of parameters"),
@@ -132,9 +132,58 @@ def test_take_buffer_returns_unparsed_bytes():
     assert parser.buffered == 0
 
 
-def test_parse_mpub_body_direct():
-    body = I32(2) + I32(1) + b"a" + I32(2) + b"bc"
-    assert parse_mpub_body(body, Limits()) == [b"a", b"bc"]
+def test_mpub_fields_are_checked_as_they_arrive():
+    # upstream answers a bad count or size at once, before the rest of the declared body
+    assert error_of(b"MPUB t\n" + I32(1000) + I32(0)) == "E_BAD_BODY MPUB invalid message count 0"
+    assert error_of(b"MPUB t\n" + I32(1000) + I32(2) + I32(1) + b"a" + I32(-3)) == \
+        "E_BAD_MESSAGE MPUB invalid message(1) body size -3"
+    assert error_of(b"MPUB t\n" + I32(1000) + I32(2) + I32(1048577)) == \
+        "E_BAD_MESSAGE MPUB message too big 1048577 > 1048576"
+    assert error_of(b"MPUB t\n" + I32(100) + I32(1 << 30)) == "E_BAD_BODY MPUB invalid message count 1073741824"
+
+
+def test_mpub_reads_the_stream_not_the_declared_size():
+    # upstream reads count and messages from the stream; the outer size is only range-checked
+    assert feed(b"MPUB t\n" + I32(4) + I32(1) + I32(2) + b"ab" + b"NOP\n") == [
+        (b"MPUB", [b"MPUB", b"t"], [b"ab"]), (b"NOP", [b"NOP"], None)]
+    assert error_of(b"MPUB t\n" + I32(4) + I32(3) + b"PUB t\n", Limits(max_msg_size=1000)) == \
+        "E_BAD_MESSAGE MPUB message too big 1347764768 > 1000"
+    # but one MPUB never holds more than --max-body-size, whatever its declared size says
+    limits = Limits(max_msg_size=100, max_body_size=150)
+    assert error_of(b"MPUB t\n" + I32(10) + I32(2) + I32(100) + b"a" * 100 + I32(50), limits) == \
+        "E_BAD_BODY MPUB body too big 162 > 150"
+
+
+def test_mpub_split_anywhere_holds_nothing_back_until_complete():
+    data = encode_mpub("t", [b"one", b"two", b"three"])
+    parser = CommandParser()
+    for i in range(len(data) - 1):
+        assert parser.feed(data[i:i + 1]) == []
+    assert parser.feed(data[-1:]) == [(b"MPUB", [b"MPUB", b"t"], [b"one", b"two", b"three"])]
+
+
+@pytest.mark.parametrize("data,expected", [
+    (b"", None),
+    (b"PU", None),
+    (b"NOP\nPUB t", None),
+    (b"PUB t\n", ("E_BAD_MESSAGE PUB failed to read message body size", "EOF")),
+    (b"PUB t\n\x00\x00", ("E_BAD_MESSAGE PUB failed to read message body size", "unexpected EOF")),
+    (b"PUB t\n" + I32(5), ("E_BAD_MESSAGE PUB failed to read message body", "EOF")),
+    (b"DPUB t 1\n" + I32(5) + b"ab", ("E_BAD_MESSAGE DPUB failed to read message body", "unexpected EOF")),
+    (b"IDENTIFY\n", ("E_BAD_BODY IDENTIFY failed to read body size", "EOF")),
+    (b"AUTH\n" + I32(5) + b"a", ("E_BAD_BODY AUTH failed to read body", "unexpected EOF")),
+    (b"MPUB t\n", ("E_BAD_BODY MPUB failed to read body size", "EOF")),
+    (b"MPUB t\n" + I32(20), ("E_BAD_BODY MPUB failed to read message count", "EOF")),
+    (b"MPUB t\n" + I32(20) + b"\x00", ("E_BAD_BODY MPUB failed to read message count", "unexpected EOF")),
+    (b"MPUB t\n" + I32(20) + I32(2) + I32(1) + b"a", ("E_BAD_MESSAGE MPUB failed to read message(1) body size", "EOF")),
+    (b"MPUB t\n" + I32(20) + I32(2) + I32(3), ("E_BAD_MESSAGE MPUB failed to read message body", "EOF")),
+    (b"MPUB t\n" + I32(20) + I32(2) + I32(3) + b"a", ("E_BAD_MESSAGE MPUB failed to read message body", "unexpected EOF")),
+])
+def test_eof_error_names_what_was_being_read(data, expected):
+    parser = CommandParser()
+    parser.feed(data)
+    got = parser.eof_error()
+    assert (None if got is None else (str(got[0]), got[1])) == expected
 
 
 def test_go_quote():
@@ -173,3 +222,21 @@ def test_random_bytes_never_raise(blob):
     out = parser.feed(blob)
     for item in out:
         assert isinstance(item, (tuple, FatalError))
+
+
+def test_byte_to_base10_is_upstreams():
+    assert byte_to_base10(b"") == 0
+    assert byte_to_base10(b"0042") == 42
+    assert byte_to_base10(b"18446744073709551616") == 0  # uint64 wraps
+    for bad in (b"-1", b"+1", b" 1", b"1 ", b"1.0", b"\xd9\xa3"):  # \xd9\xa3: an Arabic-Indic 3
+        with pytest.raises(ValueError):
+            byte_to_base10(bad)
+    assert as_int64(byte_to_base10(b"18446744073709551615")) == -1
+    assert ms_to_duration_ns(9223372036855) < 0  # time.Duration(ms) * time.Millisecond overflows
+
+
+def test_stop_after_sub():
+    parser = CommandParser()
+    parser.stop_after_sub = True
+    assert parser.feed(b"SUB t c\nRDY 1\n") == [(b"SUB", [b"SUB", b"t", b"c"], None)]
+    assert parser.feed(b"") == [(b"RDY", [b"RDY", b"1"], None)]

@@ -392,14 +392,3 @@ class Channel:
         self.orphans.clear()
         self.backend.delete()
         write_deferred_sidecar(self.nsqd.data_path, self.queue_name, {})
-
-
-def finish_run(client: "ClientV2", params: list[bytes], ids: list[bytes]) -> None:
-    """The connection's handler of a parsed run of FINs (``fin_run.FIN_RUN``): what
-    ``ClientV2._fin`` does per FIN, once per run (a connection has a channel exactly while it
-    is subscribed or closing)."""
-    channel = client.channel
-    if channel is None:
-        raise FatalError(E_INVALID, "cannot FIN in current state")
-    channel.finish_many(client, ids)
-    client._acked = True

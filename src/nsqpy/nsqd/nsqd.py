@@ -333,7 +333,7 @@ class NSQD:
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        from .client import ClientV2
+        from .connection import V2Connection
 
         opts = self.options
         self.logger.info("%s", version_string("nsqd"))  # upstream's first two lines
@@ -355,11 +355,11 @@ class NSQD:
         self._started = True
         addr = opts.tcp_address
         if is_unix_socket(addr):
-            self._tcp_server = await self.loop.create_unix_server(lambda: ClientV2(self), addr)
+            self._tcp_server = await self.loop.create_unix_server(lambda: V2Connection(self), addr)
             self.tcp_port = -1
         else:
             self._tcp_server = await self.loop.create_server(  # dual-stack on 0.0.0.0, as Go
-                lambda: ClientV2(self), sock=listen_socket(addr))
+                lambda: V2Connection(self), sock=listen_socket(addr))
             self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
         self.logger.info("TCP: listening on %s", _sockname(self._tcp_server))
         if opts.http_address:

@@ -1,7 +1,7 @@
 """The peer side of replication (``--accept-replicas``): origins' replicas, out of clients' sight.
 
-An origin connects to our ordinary TCP port and sends ``RSUB``; :func:`handle_rsub` (the V2
-handler for that command) takes the connection out of the V2 protocol and hands the transport
+An origin connects to our ordinary TCP port and sends ``RSUB``; :func:`hand_over` (called by the
+connection when the V2 state machine accepts that command) takes the connection out of the V2 protocol and hands the transport
 to a :class:`ReplicaSession`, which parses batches with the sans-I/O
 :class:`~nsqpy.protocol.replication.LinkParser`, appends each to the origin's
 :class:`~nsqpy.nsqd.replica_store.ReplicaStore` and answers ``OK <seq>`` (one answer per read,
@@ -277,28 +277,28 @@ def setup_replication(nsqd: "NSQD") -> None:
     nsqd.replicas = host
 
 
-def handle_rsub(client: Any, params: list[bytes], body: Any) -> None:
-    """The V2 handler of ``RSUB``: an unknown command unless this node accepts replicas."""
-    nsqd = client.nsqd
-    host: ReplicaHost | None = nsqd.replicas
-    if host is None:
-        client._unknown_command(b"RSUB")
-    if nsqd.auth is not None or client.tls or client._compress is not None:
+def hand_over(conn: Any, params: list[bytes]) -> None:
+    """``RSUB`` accepted by the V2 state machine (``ProtocolV2.rsub``): the connection
+    (``V2Connection``) leaves protocol V2 and its socket becomes this replica's link."""
+    nsqd = conn.nsqd
+    host: ReplicaHost = nsqd.replicas
+    record = conn.client
+    if nsqd.auth is not None or record.tls or record.snappy or record.deflate:
         raise FatalError(E_INVALID, "RSUB not supported with AUTH, TLS or compression")
     try:
         address, incarnation, http_port = parse_rsub(params)
     except ReplicationError as err:
         raise FatalError(E_INVALID, str(err)) from None
-    transport = client.transport
-    if transport is None or client.parser.buffered:
+    transport = conn.transport
+    if transport is None or conn.parser.buffered:
         raise FatalError(E_INVALID, "RSUB must be answered before anything else is sent")
     # the connection leaves the V2 protocol: no heartbeats, not a client in /stats
-    if client._heartbeat_handle is not None:
-        client._heartbeat_handle.cancel()
-        client._heartbeat_handle = None
-    nsqd.remove_client(client)
-    client._closed = client._lost = True
-    client.transport = None
+    if conn._heartbeat_handle is not None:
+        conn._heartbeat_handle.cancel()
+        conn._heartbeat_handle = None
+    nsqd.remove_client(record)
+    conn._closed = conn._lost = True
+    conn.transport = None
     session = ReplicaSession(host, transport)
     transport.set_protocol(session)
     try:

@@ -2,7 +2,8 @@
 
 A command is one text line ``NAME[ SP param]*\\n``; IDENTIFY, AUTH, PUB, DPUB and MPUB append a
 ``[int32 size][size bytes]`` body. The parser checks every advertised size against the limits
-*before* waiting for the bytes, so a hostile size cannot make the server buffer it.
+*before* waiting for the bytes, so a hostile size cannot make the server buffer it. MPUB's
+message count and each message size are checked as they arrive, as upstream reads them.
 
 :meth:`CommandParser.feed` returns complete commands as ``(name, params, body)`` tuples; for
 MPUB ``body`` is the list of message bodies. A protocol violation appears in the returned list
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Union
+from typing import NoReturn, Union
 
 from .errors import E_BAD_BODY, E_BAD_MESSAGE, E_BAD_PROTOCOL, E_BAD_TOPIC, E_INVALID, FatalError
 from .fin_run import match_fin_run
@@ -86,16 +87,41 @@ def check_topic(cmd: str, params: list[bytes]) -> str:
     return topic.decode("ascii")
 
 
-def parse_int(raw: bytes) -> int:
-    """Go's ``strconv.ParseInt(s, 10, 64)`` accepting an optional sign; ValueError otherwise."""
-    text = raw.decode("ascii")
-    digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits.isdigit() or not digits.isascii():
-        raise ValueError(text)
-    value = int(text)
-    if not -(1 << 63) <= value < (1 << 63):
-        raise ValueError(text)
-    return value
+_U64 = 1 << 64
+_I64_MIN = 1 << 63
+MS = 1_000_000  # nanoseconds
+
+
+BASE10_ERROR = "failed to convert to Base10"  # upstream's parse error, logged as the cause
+
+
+def byte_to_base10(raw: bytes) -> int:
+    """Upstream's ``protocol.ByteToBase10``: ASCII digits only (no sign, no space), the empty
+    string is 0, and a value past 64 bits wraps around (Go's uint64 arithmetic); ValueError
+    for anything else."""
+    n = 0
+    for d in raw:
+        if not 48 <= d <= 57:
+            raise ValueError(raw)
+        n = n * 10 + d - 48
+    return n % _U64
+
+
+def as_int64(value: int) -> int:
+    """Go's ``int64(u)`` of a uint64: the two's-complement reading."""
+    value %= _U64
+    return value - _U64 if value >= _I64_MIN else value
+
+
+def ms_to_duration_ns(ms: int) -> int:
+    """Go's ``time.Duration(ms) * time.Millisecond`` for a uint64 ``ms``, wrap-around included."""
+    return as_int64(ms * MS)
+
+
+def arg_text(raw: bytes) -> str:
+    """A command argument as Go's ``%s`` prints it: the bytes as they came (undecodable bytes
+    survive through ``surrogateescape`` into the error frame)."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
@@ -111,12 +137,11 @@ def pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
             raise FatalError(E_INVALID, "DPUB insufficient number of parameters")
         check_topic("DPUB", params)
         try:
-            timeout = parse_int(params[2])
-        except (ValueError, UnicodeDecodeError):
-            raise FatalError(
-                E_INVALID, f"DPUB could not parse timeout {params[2].decode('utf-8', 'replace')}"
-            ) from None
-        if not 0 <= timeout <= limits.max_req_timeout_ms:
+            timeout = byte_to_base10(params[2])
+        except ValueError:
+            raise FatalError(E_INVALID, f"DPUB could not parse timeout {arg_text(params[2])}",
+                             BASE10_ERROR) from None
+        if not 0 <= ms_to_duration_ns(timeout) <= limits.max_req_timeout_ms * MS:
             raise FatalError(
                 E_INVALID, f"DPUB timeout {timeout} out of range 0-{limits.max_req_timeout_ms}"
             )
@@ -146,68 +171,132 @@ def _check_body_size(name: bytes, size: int, limit: int) -> None:
         raise FatalError(E_BAD_BODY, f"{cmd} body too big {size} > {limit}")
 
 
-def parse_mpub_body(body: bytes | memoryview, limits: Limits) -> list[bytes]:
-    """Split an MPUB body ``[int32 n]([int32 size][bytes])*n`` validating every size (atomic)."""
-    end = len(body)
-    if end < 4:
-        raise FatalError(E_BAD_BODY, "MPUB failed to read message count")
-    (count,) = _unpack_i32(body, 0)
-    max_count = (limits.max_body_size - 4) // 5
-    if count <= 0 or count > max_count:
-        raise FatalError(E_BAD_BODY, f"MPUB invalid message count {count}")
-    view = memoryview(body)
-    max_msg = limits.max_msg_size
-    out: list[bytes] = []
-    append = out.append
-    pos = 4
-    for i in range(count):
-        if end - pos < 4:
-            raise FatalError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
-        (size,) = _unpack_i32(body, pos)
-        pos += 4
-        if size <= 0:
-            raise FatalError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {size}")
-        if size > max_msg:
-            raise FatalError(E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg}")
-        if end - pos < size:
-            raise FatalError(E_BAD_MESSAGE, "MPUB failed to read message body")
-        append(bytes(view[pos : pos + size]))
-        pos += size
-    return out
+def _bad_mpub_size(index: int, size: int, limits: Limits, total: int) -> NoReturn:
+    """The error for an MPUB message size that failed its check (kept off the hot loop)."""
+    if size <= 0:
+        raise FatalError(E_BAD_MESSAGE, f"MPUB invalid message({index}) body size {size}")
+    if size > limits.max_msg_size:
+        raise FatalError(E_BAD_MESSAGE, f"MPUB message too big {size} > {limits.max_msg_size}")
+    raise FatalError(E_BAD_BODY, f"MPUB body too big {total} > {limits.max_body_size}")
 
 
 class CommandParser:
     """Incremental V2 command parser (after the magic has been consumed).
 
-    Two knobs serve nsqd's connection (both cost nothing per command when unused):
+    Knobs that serve nsqd's connection (they cost nothing per command when unused):
 
     * ``stop_after_identify``: return right after an IDENTIFY, leaving later bytes unparsed,
       because IDENTIFY may switch the stream to TLS or compression and those bytes then belong
       to the new stream (:meth:`take_buffer` hands them over).
+    * ``stop_after_sub``: return right after a SUB, which changes what the lines after it may
+      be (IDENTIFY and AUTH are refused from then on, before their bodies are read).
     * ``pre_body_check``: the function that vets a body command's line before its size is read
-      (``(name, params, limits) -> max body size``). A connection that must refuse commands
-      before looking at their bodies (TLS required but not negotiated) installs its own.
+      (``(name, params, limits) -> max body size``): nsqd's state machine installs its own, which
+      refuses a command the connection's state does not allow, as upstream does.
     """
 
-    __slots__ = ("_buf", "_limits", "_pending", "_dead", "stop_after_identify", "pre_body_check",
-                 "fin_runs")
+    __slots__ = ("_buf", "_limits", "_pending", "_mpub", "_dead", "stop_after_identify",
+                 "stop_after_sub", "pre_body_check", "fin_runs")
 
     def __init__(self, limits: Limits | None = None) -> None:
         self._buf = bytearray()
         self._limits = limits or Limits()
         # (name, params, body_size) while waiting for a body that was already size-checked
         self._pending: tuple[bytes, list[bytes], int] | None = None
+        # an MPUB being read: [params, message count (-1: not read yet), bodies so far, bytes so far]
+        self._mpub: list | None = None
         self._dead = False
         self.stop_after_identify = False
-        self.pre_body_check = pre_body_checks
+        self.stop_after_sub = False
         self.fin_runs = False  # nsqd: back-to-back FINs come out as one command (see fin_run)
+        self.pre_body_check = pre_body_checks
 
     def take_buffer(self) -> bytes:
         """Hand back unparsed bytes (after IDENTIFY switches the stream to compression)."""
         data = bytes(self._buf)
         self._buf.clear()
         self._pending = None
+        self._mpub = None
         return data
+
+    def eof_error(self) -> tuple[FatalError, str] | None:
+        """What nsqd reports when the stream ends here: the error and its cause (``EOF`` when
+        the field had not started, ``unexpected EOF`` when it was cut), or None when no command
+        was under way past its line (a cut command line ends a connection silently upstream)."""
+        if self._dead:
+            return None
+        buf = self._buf
+        mpub = self._mpub
+        if mpub is not None:
+            cause = "unexpected EOF" if buf else "EOF"
+            if mpub[1] < 0:
+                return FatalError(E_BAD_BODY, "MPUB failed to read message count"), cause
+            if len(buf) < 4:
+                return FatalError(E_BAD_MESSAGE,
+                                  f"MPUB failed to read message({len(mpub[2])}) body size"), cause
+            cause = "unexpected EOF" if len(buf) > 4 else "EOF"
+            return FatalError(E_BAD_MESSAGE, "MPUB failed to read message body"), cause
+        pending = self._pending
+        if pending is not None:
+            name = pending[0]
+            cause = "unexpected EOF" if buf else "EOF"
+            if name == b"PUB" or name == b"DPUB":
+                return FatalError(E_BAD_MESSAGE, f"{name.decode()} failed to read message body"), cause
+            return FatalError(E_BAD_BODY, f"{name.decode()} failed to read body"), cause
+        nl = buf.find(b"\n")
+        if nl < 0:
+            return None
+        name = bytes(buf[:nl]).rstrip(b"\r").split(b" ")[0]
+        if name not in BODY_COMMANDS:
+            return None
+        cause = "unexpected EOF" if len(buf) > nl + 1 else "EOF"
+        if name == b"PUB" or name == b"DPUB":
+            return FatalError(E_BAD_MESSAGE, f"{name.decode()} failed to read message body size"), cause
+        return FatalError(E_BAD_BODY, f"{name.decode()} failed to read body size"), cause
+
+    def _feed_mpub(self, buf: bytearray, pos: int, end: int) -> tuple[int, Command | None]:
+        """Read an MPUB's count and messages as they arrive, each field checked the moment it
+        is readable (upstream answers a bad count or size before the rest of the body comes).
+        Upstream reads the fields from the stream without holding them to the declared body
+        size; so do we, but never buffer more than --max-body-size for one MPUB (only a client
+        that misstates its body size can reach that bound). Returns the new position and the
+        whole command once all its messages are here."""
+        state = self._mpub
+        assert state is not None
+        limits = self._limits
+        count = state[1]
+        if count < 0:
+            if end - pos < 4:
+                return pos, None
+            (count,) = _unpack_i32(buf, pos)
+            pos += 4
+            if count <= 0 or count > (limits.max_body_size - 4) // 5:
+                raise FatalError(E_BAD_BODY, f"MPUB invalid message count {count}")
+            state[1] = count
+        bodies: list[bytes] = state[2]
+        append = bodies.append
+        max_msg = limits.max_msg_size
+        room = limits.max_body_size - state[3]  # what this MPUB may still hold
+        i = len(bodies)
+        while i < count:
+            if end - pos < 4:
+                break
+            size = _unpack_i32(buf, pos)[0]
+            if size <= 0 or size > max_msg or size + 4 > room:
+                _bad_mpub_size(i, size, limits, limits.max_body_size - room + 4 + size)
+            start = pos + 4
+            stop = start + size
+            if stop > end:
+                break  # the size is read again with its body
+            append(bytes(buf[start:stop]))
+            pos = stop
+            room -= size + 4
+            i += 1
+        state[3] = limits.max_body_size - room
+        if i < count:
+            return pos, None
+        self._mpub = None
+        return pos, (b"MPUB", state[0], bodies)
 
     @property
     def dead(self) -> bool:
@@ -229,8 +318,15 @@ class CommandParser:
         end = len(buf)
         limits = self._limits
         pre_body = self.pre_body_check
+        stop_after_sub = self.stop_after_sub
         try:
             while True:
+                if self._mpub is not None:
+                    pos, command = self._feed_mpub(buf, pos, end)
+                    if command is None:
+                        break
+                    out.append(command)
+                    continue
                 pending = self._pending
                 if pending is not None:
                     name, params, size = pending
@@ -239,12 +335,9 @@ class CommandParser:
                     body = bytes(buf[pos : pos + size])
                     pos += size
                     self._pending = None
-                    if name == b"MPUB":
-                        out.append((name, params, parse_mpub_body(body, limits)))
-                    else:
-                        out.append((name, params, body))
-                        if name == b"IDENTIFY" and self.stop_after_identify:
-                            break
+                    out.append((name, params, body))
+                    if name == b"IDENTIFY" and self.stop_after_identify:
+                        break
                     continue
                 if self.fin_runs and buf.startswith(b"FIN ", pos):
                     run = match_fin_run(buf, pos)
@@ -269,10 +362,15 @@ class CommandParser:
                     (size,) = _unpack_i32(buf, nl + 1)
                     _check_body_size(name, size, limit)
                     pos = nl + 5
-                    self._pending = (name, params, size)
+                    if name == b"MPUB":
+                        self._mpub = [params, -1, [], 4]
+                    else:
+                        self._pending = (name, params, size)
                     continue
                 pos = nl + 1
                 out.append((name, params, None))
+                if stop_after_sub and name == b"SUB":
+                    break
         except FatalError as err:
             self._dead = True
             out.append(err)

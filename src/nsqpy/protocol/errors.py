@@ -32,15 +32,16 @@ class ProtocolError(Exception):
 
     fatal = True
 
-    def __init__(self, code: str, description: str) -> None:
+    def __init__(self, code: str, description: str, cause: str = "") -> None:
         super().__init__(f"{code} {description}")
         self.code = code
         self.description = description
+        self.cause = cause  # the underlying error upstream logs after the error (" - cause")
 
     @property
     def payload(self) -> bytes:
         """The bytes of the error frame's data."""
-        return f"{self.code} {self.description}".encode()
+        return f"{self.code} {self.description}".encode("utf-8", "surrogateescape")
 
 
 class FatalError(ProtocolError):

@@ -4,7 +4,7 @@ A consumer sends one ``FIN <16-byte id>\\n`` (21 bytes) per message, so a busy c
 are mostly back-to-back FINs. Parsed line by line, each costs a ``find``, a copy, a ``split``, a
 tuple and a handler call -- as much as delivering the message did. :func:`match_fin_run` instead
 matches the whole run with one regular expression and returns it as a single command
-``(FIN_RUN, [b"FIN"], ids)`` that nsqd handles with one call (``Channel.finish_run``), which
+``(FIN_RUN, [b"FIN"], ids)`` that nsqd handles with one call (``ProtocolV2.fin_run`` -> ``Channel.finish_many``), which
 still treats every id exactly as a lone FIN would (same errors, same order).
 
 Only what the line parser would read as ``FIN`` with one 16-byte id is taken (no space, CR or LF

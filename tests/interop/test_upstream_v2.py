@@ -1,0 +1,149 @@
+"""Side by side with upstream nsqd v1.3.0: the same bytes on the TCP protocol get the same answers
+and the same per-connection log lines (issue #10 items 1, 2 and 7).
+
+Needs upstream's binaries: ``NSQ_UPSTREAM_BIN`` names the directory holding its ``nsqd`` (built
+from source; never committed). Skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import struct
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from helpers.servers import Nsqd, ServerProcess, free_port
+
+UPSTREAM_NSQD = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/nonexistent")) / "nsqd"
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not UPSTREAM_NSQD.exists(), reason="NSQ_UPSTREAM_BIN has no upstream nsqd"),
+]
+I32 = struct.Struct(">i").pack
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """(upstream, ours): both as processes on free loopback ports, stopped by PID."""
+    up_dir = tmp_path_factory.mktemp("upstream")
+    tcp, http = free_port(), free_port()
+    upstream = ServerProcess([str(UPSTREAM_NSQD), f"--tcp-address=127.0.0.1:{tcp}",
+                              f"--http-address=127.0.0.1:{http}", f"--data-path={up_dir}"],
+                             f"http://127.0.0.1:{http}/ping", up_dir / "nsqd.log")
+    upstream.tcp_address = f"127.0.0.1:{tcp}"  # type: ignore[attr-defined]
+    ours = Nsqd(tmp_path_factory.mktemp("ours"))
+    yield upstream, ours
+    upstream.stop()
+    ours.stop()
+
+
+def _connect(address: str, magic: bytes = b"  V2") -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=2)
+    sock.sendall(magic)
+    return sock
+
+
+def _answer(address: str, data: bytes, wait: float = 0.5) -> bytes:
+    """All the server sent back, and whether it closed, for ``data`` sent after the magic."""
+    sock = _connect(address)
+    sock.sendall(data)
+    sock.settimeout(wait)
+    got = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return got + b"<closed>"
+            got += chunk
+    except socket.timeout:
+        return got + b"<open>"
+    finally:
+        sock.close()
+
+
+CASES = [
+    b"MPUB t\n" + I32(1000) + I32(0),
+    b"MPUB t\n" + I32(1000) + I32(3) + I32(2) + b"ok" + I32(-1),
+    b"MPUB t\n" + I32(1000) + I32(3) + I32(2000000),
+    b"MPUB t\n" + I32(4) + I32(3) + b"PUB t\n",
+    b"DPUB t -5\n",
+    b"DPUB t +5\n",
+    b"DPUB t \n" + I32(3) + b"abc",
+    b"DPUB t 18446744073709551616\n" + I32(3) + b"abc",
+    b"DPUB t 18446744073709551615\n",
+    b"DPUB t 3600001\n",
+    b"RDY 1\n",
+    b"SUB t c\nRDY 18446744073709551615\n",
+    b"SUB t c\nRDY \xff\n",
+    b"SUB t c\nRDY -1\n",
+    b"SUB t c\nRDY \n",
+    b"SUB t c\nREQ 0123456789abcdef -5\n",
+    b"SUB t c\nREQ 0123456789abcdef \n",
+    b"SUB t c\nIDENTIFY\n" + I32(0x7FFFFFFF),
+    b"SUB t c\nAUTH x\n",
+    b"SUB t c\nCLS\nCLS\n",
+    b"IDENTIFY\n" + I32(17) + b'{"sample_rate":1}',
+    b'IDENTIFY\n' + I32(26) + b'{"sample_rate":2147483648}',
+    b'IDENTIFY\n' + I32(28) + b'{"heartbeat_interval":10.5}',
+]
+
+
+@pytest.mark.parametrize("data", CASES, ids=[repr(c[:40]) for c in CASES])
+def test_same_answer(servers, data):
+    upstream, ours = servers
+    assert _answer(ours.tcp_address, data) == _answer(upstream.tcp_address, data)
+
+
+def _client_lines(server, me: str, until: str) -> list[str]:
+    """The log lines naming this client, timestamps cut, its address replaced by ADDR."""
+    deadline = time.monotonic() + 5
+    while until.replace("ADDR", me) not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = []
+    for line in server.log().splitlines():
+        if me in line:
+            line = re.sub(r"^\[nsqd\] \S+ \S+ ", "", line)
+            lines.append(line.replace(me, "ADDR"))
+    return lines
+
+
+def _deflate_leaves(sock: socket.socket) -> None:
+    body = json.dumps({"feature_negotiation": True, "deflate": True}).encode()
+    sock.sendall(b"IDENTIFY\n" + I32(len(body)) + body)
+    time.sleep(0.3)
+    sock.recv(65536)  # the JSON answer and the compressed OK: read all, so our close is a FIN
+    comp = zlib.compressobj(6, zlib.DEFLATED, -15)
+    sock.sendall(comp.compress(b"NOP\n") + comp.flush(zlib.Z_SYNC_FLUSH))
+
+
+SCENARIOS = {
+    "mid-line": lambda s: s.sendall(b"PUB t"),
+    "mid-body": lambda s: s.sendall(b"PUB t\n" + I32(100) + b"few"),
+    "mid-size": lambda s: s.sendall(b"PUB t\n\x00"),
+    "mid-mpub": lambda s: s.sendall(b"MPUB t\n" + I32(100) + I32(2) + I32(1) + b"a"),
+    "fatal": lambda s: s.sendall(b"FOO\n"),
+    "parse": lambda s: s.sendall(b"DPUB t x\n"),
+    "deflate": _deflate_leaves,
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_same_log_lines(servers, name):
+    results = []
+    for server in servers:
+        sock = _connect(server.tcp_address)
+        host, port = sock.getsockname()[:2]
+        me = f"{host}:{port}"
+        SCENARIOS[name](sock)
+        time.sleep(0.2)
+        sock.close()
+        results.append(_client_lines(server, me, "PROTOCOL(V2): [ADDR] exiting messagePump"))
+    upstream_lines, our_lines = results
+    assert our_lines == upstream_lines
