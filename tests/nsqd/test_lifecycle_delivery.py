@@ -144,4 +144,4 @@ def test_max_defer_timeout_leaves_req_clamped_at_max_req_timeout(nsqd_factory):
     again = c.read_message()
     assert again.body == b"r" and again.attempts == 2
     assert 1.5 <= time.monotonic() - start <= 5.0
-    assert "REQ timeout 7200000 out of range 0-2000, clamping" in node.log()
+    assert "REQ timeout 7200000000000 out of range 0-2000000000. Setting to 2000000000" in node.log()

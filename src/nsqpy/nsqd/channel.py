@@ -21,7 +21,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..protocol.errors import E_FIN_FAILED, E_INVALID, E_REQ_FAILED, E_TOUCH_FAILED, ClientError, FatalError
+from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
 from ..protocol.frames import encode_error
 from ..protocol.message import _FRAME_PREFIX, encode_message
 from ..protocol.names import is_ephemeral

@@ -62,8 +62,9 @@ def _latency(result: dict | None, tracked: list[float] | None = None) -> dict:
                             for p in pcts]}
 
 
-def client_stats(client: "ClientV2", topic_filter: str = "") -> dict:
-    """One connection as upstream's ``ClientV2Stats`` (also used for producers)."""
+def client_stats(client: "ClientV2", topic_filter: str = "", topology: bool = False) -> dict:
+    """One connection as upstream's ``ClientV2Stats`` (also used for producers); ``topology``:
+    the operator set a topology label, so the post-1.3.0 fields are shown."""
     pub_counts = []
     for topic, count in client.pub_counts.items():
         if topic_filter and topic != topic_filter:
@@ -96,8 +97,7 @@ def client_stats(client: "ClientV2", topic_filter: str = "") -> dict:
             stats["auth_identity"] = auth_state.identity
         if auth_state.identity_url:
             stats["auth_identity_url"] = auth_state.identity_url
-    nsqd = getattr(client, "nsqd", None)
-    if nsqd is not None and topology_set(nsqd.options):  # post-1.3.0 fields: only on opt-in
+    if topology:  # post-1.3.0 fields: only on opt-in
         stats["topology_zone"] = getattr(client, "topology_zone", "")
         stats["topology_region"] = getattr(client, "topology_region", "")
     if pub_counts:
@@ -113,7 +113,8 @@ def client_stats(client: "ClientV2", topic_filter: str = "") -> dict:
 
 
 def channel_stats(channel: "Channel", include_clients: bool, topic_filter: str = "") -> dict:
-    clients = ([client_stats(c, topic_filter) for c in channel.clients]
+    topology = topology_set(channel.nsqd.options)
+    clients = ([client_stats(c, topic_filter, topology) for c in channel.clients]
                if include_clients else None)
     e2e = channel.e2e.result() if channel.e2e is not None else None
     tracked = channel.e2e.percentiles if channel.e2e is not None else None
@@ -182,7 +183,8 @@ def collect(nsqd: "NSQD", topic_filter: str = "", channel_filter: str = "",
                                        for c in chans]))
     producers = None
     if include_clients:
-        producers = [client_stats(c, topic_filter) for c in list(nsqd.clients.values())
+        topology = topology_set(nsqd.options)
+        producers = [client_stats(c, topic_filter, topology) for c in list(nsqd.clients.values())
                      if c.pub_counts] or None
     return out, producers
 

@@ -67,6 +67,7 @@ from nsqpy.client import (
     subscribe,
 )
 from nsqpy.client.addr import parse_address
+from nsqpy.common.addr import join_host_port
 from nsqpy.client.lookupd import ACCEPT, lookup_url
 from nsqpy.protocol.names import is_valid_name
 
@@ -305,7 +306,7 @@ def nsqd_http_nodes(cfg: SourceConfig) -> list[str] | None:
             data = data["data"]
         for p in data.get("producers") or ():
             host = p.get("broadcast_address") or p.get("address")
-            url = f"http://{host}:{p.get('http_port')}"
+            url = "http://" + join_host_port(str(host), p.get("http_port"))  # [v6]:port
             if url not in nodes:
                 nodes.append(url)
     if not nodes and not cfg.lookupd_http:
