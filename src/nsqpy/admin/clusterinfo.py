@@ -25,6 +25,7 @@ import orjson
 
 from ..common.addr import join_host_port, split_host_port
 from ..protocol.commands import go_quote
+from .extras import add_lifecycle, read_lifecycle, read_replication
 
 T = TypeVar("T")
 
@@ -242,6 +243,7 @@ class ChannelStats:
         self.channel_name = channel
         self.counts = dict.fromkeys(_CHANNEL_SUMS + ("delivery_msg_count",) + _LOCALITY, 0)
         self.client_count = 0
+        self.lifecycle: dict[str, int] = {}  # nsqpy's opt-in counters, only those reported
         self.nodes: list[ChannelStats] | None = None
         self.clients: list[dict[str, Any]] | None = None
         self.paused = False
@@ -257,6 +259,7 @@ class ChannelStats:
         c.counts["memory_depth"] = c.counts["depth"] - c.counts["backend_depth"]
         c.counts["delivery_msg_count"] = sum(c.counts[k] for k in _LOCALITY)
         c.client_count = int(raw.get("client_count", 0))
+        c.lifecycle = read_lifecycle(raw)
         clients = raw.get("clients")
         if clients is not None:
             c.clients = [client_doc(cl, node, producer, now) for cl in clients]
@@ -269,6 +272,7 @@ class ChannelStats:
         for key in self.counts:
             self.counts[key] += other.counts[key]
         self.client_count += other.client_count
+        add_lifecycle(self.lifecycle, other.lifecycle)
         self.paused = self.paused or other.paused
         self.nodes = (self.nodes or []) + [other]
         self.nodes.sort(key=lambda n: (n.hostname, n.node))
@@ -290,6 +294,7 @@ class ChannelStats:
         for key in ("delivery_msg_count",) + _LOCALITY:
             if self.counts[key]:
                 out[key] = self.counts[key]
+        out.update(self.lifecycle)
         out["client_count"] = self.client_count
         out["nodes"] = [n.to_json() for n in self.nodes] if self.nodes is not None else None
         out["clients"] = self.clients
@@ -307,6 +312,7 @@ class TopicStats:
         self.topic_name = topic
         self.counts = dict.fromkeys(("depth", "memory_depth", "backend_depth", "message_count",
                                      "delivery_msg_count") + _LOCALITY, 0)
+        self.lifecycle: dict[str, int] = {}
         self.nodes: list[TopicStats] | None = None
         self.channels: list[ChannelStats] | None = None
         self.paused = False
@@ -319,6 +325,7 @@ class TopicStats:
             t.counts[key] = int(raw.get(key, 0))
         t.counts["memory_depth"] = t.counts["depth"] - t.counts["backend_depth"]
         t.counts["delivery_msg_count"] = sum(t.counts[k] for k in _LOCALITY)
+        t.lifecycle = read_lifecycle(raw)
         channels = raw.get("channels")
         if channels is not None:
             t.channels = [ChannelStats.from_nsqd(c, node, producer, t.topic_name, now)
@@ -331,6 +338,7 @@ class TopicStats:
         self.node = "*"
         for key in self.counts:
             self.counts[key] += other.counts[key]
+        add_lifecycle(self.lifecycle, other.lifecycle)
         self.paused = self.paused or other.paused
         for theirs in other.channels or ():
             if self.channels is None:
@@ -356,6 +364,7 @@ class TopicStats:
         for key in _LOCALITY:
             if self.counts[key]:
                 out[key] = self.counts[key]
+        out.update(self.lifecycle)
         out["nodes"] = [n.to_json() for n in self.nodes] if self.nodes is not None else None
         out["channels"] = ([c.to_json() for c in self.channels]
                            if self.channels is not None else None)
@@ -387,6 +396,7 @@ class Result:
 
     value: Any
     errors: list[str] = field(default_factory=list)
+    replication: dict[str, dict[str, Any]] = field(default_factory=dict)  # by node, if reported
 
 
 class ClusterInfo:
@@ -570,8 +580,11 @@ class ClusterInfo:
         results, errors = await self._each(producers, one, "nsqd")  # type: ignore[arg-type]
         topic_list: list[TopicStats] = []
         channel_map: dict[str, ChannelStats] = {}
+        replication: dict[str, dict[str, Any]] = {}
         for p, doc in results:
             node = p.http_address
+            if extra := read_replication(doc):
+                replication[node] = extra
             for raw in doc.get("topics") or ():
                 ts = TopicStats.from_nsqd(raw, node, p, now)
                 if topic and ts.topic_name != topic:
@@ -585,7 +598,7 @@ class ClusterInfo:
                                                               cs.channel_name)
                     agg.add(cs)
         topic_list.sort(key=lambda t: (t.hostname, t.node))
-        return Result((topic_list, channel_map), errors)
+        return Result((topic_list, channel_map), errors, replication)
 
     # --- actions -------------------------------------------------------------------------------
 

@@ -420,6 +420,7 @@ class HTTPServer:
         total_messages = sum(ts.counts["message_count"] for ts in topics)
         return v1_response({"node": node, "topics": [t.to_json() for t in topics] or None,
                             "total_messages": total_messages, "total_clients": total_clients,
+                            **stats.replication.get(node, {}),  # nsqpy replication, if on
                             "message": warn_message(messages)})
 
     async def counter(self, request: web.Request, _: dict[str, str]) -> web.Response:

@@ -18,7 +18,7 @@
   var h = NSQ.h, append = NSQ.append, url = NSQ.url, link = NSQ.link, fmt = NSQ.fmt, enc = NSQ.enc;
   var badge = NSQ.badge, alertBox = NSQ.alertBox, warning = NSQ.warning, sum = NSQ.sum;
   var table = NSQ.table, td = NSQ.td, crumbs = NSQ.crumbs, api = NSQ.api, mapLimit = NSQ.mapLimit;
-  var noProducers = NSQ.noProducers, live = NSQ.live, gr = NSQ.graphite;
+  var noProducers = NSQ.noProducers, live = NSQ.live, gr = NSQ.graphite, ex = NSQ.extras;
   var app = document.getElementById('app');
   var flashBox = document.getElementById('flash');
   var pendingFlash = null;
@@ -134,6 +134,7 @@
     return api('GET', '/topics/' + enc(topic)).then(function (t) {
       if (t.paused) head[1].appendChild(badge('paused', 'paused'));
       var tombstone = CONFIG.isAdmin && CONFIG.nsqlookupd.length;
+      var topicKeys = ex.keys([t]), chanKeys = ex.keys(t.channels);
       var nodeRows = (t.nodes || []).map(function (n) {
         return h('tr', { 'data-node': n.node },
           h('td', null,
@@ -148,7 +149,7 @@
           td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
           live.num(fmt(n.message_count), topic, '', n.node, 'message_count'),
           td(fmt((n.channels || []).length), true), NSQ.e2eCells(n.e2e_processing_latency, t.e2e_processing_latency),
-          live.rate(topic, '', n.node), gr.rate('topic', n.node, topic, ''));
+          live.rate(topic, '', n.node), gr.rate('topic', n.node, topic, ''), ex.cells(n, topicKeys));
       }).map(function (tr, i) {
         var node = t.nodes[i].node;
         return [tr, gr.row([null, ['topic', node, topic, '', 'depth'], null, ['topic', node, topic, '', 'message_count'],
@@ -158,7 +159,7 @@
         td(fmt(t.memory_depth) + ' + ' + fmt(t.backend_depth), true),
         live.num(fmt(t.message_count), topic, '', '*', 'message_count'),
         td(fmt((t.channels || []).length), true), NSQ.e2eCells(t.e2e_processing_latency, t.e2e_processing_latency),
-        live.rate(topic, '', '*'), gr.rate('topic', '*', topic, '')),
+        live.rate(topic, '', '*'), gr.rate('topic', '*', topic, ''), ex.cells(t, topicKeys)),
         gr.row([null, ['topic', '*', topic, '', 'depth'], null, ['topic', '*', topic, '', 'message_count'], null,
           gr.e2eSpec('*', t.e2e_processing_latency)]));
       var channels = t.channels || [];
@@ -174,7 +175,7 @@
           live.num(fmt(c.timeout_count), topic, c.channel_name, '*', 'timeout_count'),
           live.num(fmt(c.message_count), topic, c.channel_name, '*', 'message_count'),
           td(fmt(c.client_count), true), NSQ.e2eCells(c.e2e_processing_latency, t.e2e_processing_latency),
-          live.rate(topic, c.channel_name, '*'));
+          live.rate(topic, c.channel_name, '*'), ex.cells(c, chanKeys));
       }).map(function (tr, i) {
         return [tr, channelGraphs(topic, channels[i].channel_name, '*', channels[i].e2e_processing_latency)];
       });
@@ -183,12 +184,12 @@
         topicActions(t),
         h('h2', null, 'Topic Message Queue'),
         table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels']
-          .concat(NSQ.e2eHeaders(t.e2e_processing_latency)))), nodeRows),
+          .concat(NSQ.e2eHeaders(t.e2e_processing_latency)))).concat(ex.headers(topicKeys)), nodeRows),
         h('h2', null, 'Channel Message Queues'),
         channels.length
           ? table(live.rateHeader(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
-            '#Requeued', '#Timed Out', '#Messages', '#Connections'].concat(NSQ.e2eHeaders(t.e2e_processing_latency))),
-          chanRows)
+            '#Requeued', '#Timed Out', '#Messages', '#Connections'].concat(NSQ.e2eHeaders(t.e2e_processing_latency)))
+            .concat(ex.headers(chanKeys)), chanRows)
           : alertBox('info', 'No channels exist for this topic. Messages will queue at the topic until a channel is created.')
       ]);
     }, function (err) {
@@ -235,6 +236,7 @@
             h('strong', null, 'Notice'), ' No producers exist for this topic/channel. ',
             'See ', link('/lookup', 'Lookup'), ' for more information.')];
       }
+      var keys = ex.keys([c]);
       var rows = (c.nodes || []).map(function (n) {
         return h('tr', { 'data-node': n.node },
           h('td', null, link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
@@ -247,7 +249,7 @@
           live.num(fmt(n.timeout_count), topic, channel, n.node, 'timeout_count'),
           live.num(fmt(n.message_count), topic, channel, n.node, 'message_count'),
           td(fmt(n.client_count), true), NSQ.e2eCells(n.e2e_processing_latency, c.e2e_processing_latency),
-          live.rate(topic, channel, n.node), gr.rate('channel', n.node, topic, channel));
+          live.rate(topic, channel, n.node), gr.rate('channel', n.node, topic, channel), ex.cells(n, keys));
       }).map(function (tr, i) {
         return [tr, channelGraphs(topic, channel, c.nodes[i].node, c.nodes[i].e2e_processing_latency)];
       });
@@ -259,7 +261,7 @@
         live.num(fmt(c.timeout_count), topic, channel, '*', 'timeout_count'),
         live.num(fmt(c.message_count), topic, channel, '*', 'message_count'),
         td(fmt(c.client_count), true), NSQ.e2eCells(c.e2e_processing_latency, c.e2e_processing_latency),
-        live.rate(topic, channel, '*'), gr.rate('channel', '*', topic, channel)),
+        live.rate(topic, channel, '*'), gr.rate('channel', '*', topic, channel), ex.cells(c, keys)),
         channelGraphs(topic, channel, '*', c.e2e_processing_latency));
       var clients = c.clients || [];
       var clientRows = clients.map(function (cl) {
@@ -274,7 +276,8 @@
         where, title, warning(c), channelActions(c),
         h('h2', null, 'Channel Message Queue'),
         table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
-          '#Requeued', '#Timed Out', '#Messages', '#Connections'].concat(NSQ.e2eHeaders(c.e2e_processing_latency)))), rows),
+          '#Requeued', '#Timed Out', '#Messages', '#Connections'].concat(NSQ.e2eHeaders(c.e2e_processing_latency))))
+          .concat(ex.headers(keys)), rows),
         h('h2', null, 'Client Connections'),
         clients.length
           ? table(['Client Host', 'User-Agent', 'Attributes', 'NSQd Host', '#In-Flight', '#Ready Count',

@@ -161,6 +161,7 @@
           h('div', null, h('strong', null, fmt(topics.length)), 'topics'),
           h('div', null, h('strong', null, fmt(data.total_messages)), 'messages'),
           h('div', null, h('strong', null, fmt(data.total_clients)), 'clients')),
+        NSQ.extras.replicationSection(data),
         topics.length ? h('table', { 'class': 'data node-detail' }, h('tbody', null, body))
           : NSQ.alertBox('warning', 'No topics exist on this node.')
       ];

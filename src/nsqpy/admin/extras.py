@@ -1,0 +1,32 @@
+"""nsqpy-only nsqd /stats fields that nsqadmin passes on, each only when some nsqd reports it.
+
+nsqd adds ``dead_letter_count``/``expired_count``/``dropped_count`` to a channel (and
+``dropped_count`` to a topic) only when that entity uses a lifecycle control, and the
+``replication``/``replicas`` top-level keys only with replication on (docs/operations.md,
+docs/replication.md). nsqadmin follows the same rule so that, with no feature in use, its API
+JSON stays upstream v1.3.0's key for key: a count is summed over the nodes that report it and
+appears in the aggregate only when at least one of them did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LIFECYCLE_KEYS = ("dead_letter_count", "expired_count", "dropped_count")
+REPLICATION_KEYS = ("replication", "replicas")
+
+
+def read_lifecycle(raw: dict[str, Any]) -> dict[str, int]:
+    """The lifecycle counters one nsqd reported for a topic or channel (often none)."""
+    return {k: int(raw[k]) for k in LIFECYCLE_KEYS if k in raw}
+
+
+def add_lifecycle(mine: dict[str, int], theirs: dict[str, int]) -> None:
+    """Sum ``theirs`` into ``mine``; a key absent everywhere stays absent."""
+    for key, value in theirs.items():
+        mine[key] = mine.get(key, 0) + value
+
+
+def read_replication(doc: dict[str, Any]) -> dict[str, Any]:
+    """The replication keys of one nsqd's /stats document, as nsqd wrote them."""
+    return {k: doc[k] for k in REPLICATION_KEYS if k in doc}

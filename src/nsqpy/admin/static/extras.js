@@ -1,0 +1,63 @@
+/*
+ * Columns and sections for nsqpy's opt-in nsqd features, shown only when the API reports them
+ * (docs/operations.md, docs/replication.md): with no feature in use the pages are upstream's.
+ *
+ *   lifecycle counters  dead_letter_count / expired_count / dropped_count: extra columns on the
+ *                       topic and channel pages when any node reports the key
+ *   replication         the node page's "Replication" section from nsqd's `replication` (origin
+ *                       side) and `replicas` (peer side) keys
+ */
+(function () {
+  'use strict';
+
+  var NSQ = window.NSQ;
+  var h = NSQ.h, td = NSQ.td, fmt = NSQ.fmt, badge = NSQ.badge;
+  var LIFECYCLE = [['dead_letter_count', '#Dead Lettered'], ['expired_count', '#Expired'],
+    ['dropped_count', '#Dropped']];
+
+  // the lifecycle keys reported by any of `objs`, in a fixed order
+  function keys(objs) {
+    return LIFECYCLE.filter(function (k) {
+      return (objs || []).some(function (o) { return o && k[0] in o; });
+    }).map(function (k) { return k[0]; });
+  }
+
+  function headers(ks) {
+    return LIFECYCLE.filter(function (k) { return ks.indexOf(k[0]) >= 0; })
+      .map(function (k) { return k[1]; });
+  }
+
+  // one cell per key; empty where this node does not report it
+  function cells(obj, ks) {
+    return ks.map(function (k) {
+      return h('td', { 'class': 'num', 'data-key': k }, k in obj ? fmt(obj[k]) : '');
+    });
+  }
+
+  function replicationSection(data) {
+    var origin = data.replication, replicas = data.replicas;
+    if (!origin && !replicas) return null;
+    var parts = [h('h2', null, 'Replication')];
+    if (origin) {
+      var up = origin.state === 'up';
+      parts.push(NSQ.table(['Role', 'Peer', 'State', '#Shipped Messages', '#Unacked Batches', '#Unacked Bytes'],
+        [h('tr', { 'data-replication': 'origin' }, td('origin (--replicate-to)'), td(origin.peer),
+          h('td', null, badge(up ? 'linked' : origin.state, up ? 'ok' : 'danger')),
+          td(fmt(origin.shipped_messages), true), td(fmt(origin.unacked_batches), true),
+          td(fmt(origin.unacked_bytes), true))]));
+    }
+    if (replicas) {
+      parts.push(replicas.length
+        ? NSQ.table(['Replica of Origin', 'Link', '#Messages', '#Bytes', '#Disk Bytes'],
+          replicas.map(function (r) {
+            return h('tr', { 'data-replica': r.origin }, td(r.origin),
+              h('td', null, badge(r.link, r.link === 'up' ? 'ok' : 'danger')),
+              td(fmt(r.messages), true), td(fmt(r.bytes), true), td(fmt(r.disk_bytes), true));
+          }))
+        : NSQ.alertBox('info', 'Accepting replicas; no origin replicates to this node yet.'));
+    }
+    return h('section', { 'class': 'replication', id: 'replication' }, parts);
+  }
+
+  NSQ.extras = { keys: keys, headers: headers, cells: cells, replicationSection: replicationSection };
+})();

@@ -1,0 +1,163 @@
+"""nsqadmin and nsqpy's opt-in nsqd features: lifecycle counters and replication.
+
+Real nsqd and nsqadmin processes, real V2 clients, headless Chromium. With a feature in use its
+counters/sections appear in nsqadmin's API JSON and pages; without it not a key or a column is
+added (upstream v1.3.0's output).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from admin.admin_util import NsqAdmin, request, wait_until
+from admin.browser_util import expect
+from helpers.replication import linked
+from helpers.servers import unique_name
+from helpers.wire import Wire
+
+pytestmark = pytest.mark.timeout(90)
+
+LIFECYCLE = ("dead_letter_count", "expired_count", "dropped_count")
+
+
+@pytest.fixture
+def admin_for(tmp_path):
+    """Start an nsqadmin pointed straight at the given nsqd(s); stopped at the end."""
+    started: list[NsqAdmin] = []
+
+    def start(*nodes) -> NsqAdmin:
+        args = [f"--nsqd-http-address={n.http_address}" for n in nodes]
+        admin = NsqAdmin(tmp_path / f"admin{len(started)}", *args)
+        started.append(admin)
+        return admin
+
+    yield start
+    for admin in started:
+        admin.stop()
+
+
+def _create_channel(node, topic: str, channel: str) -> None:
+    for path in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel={channel}"):
+        assert request(f"http://{node.http_address}{path}", "POST").status == 200
+
+
+def _requeue_until_dead(node, topic: str, channel: str) -> int:
+    """SUB, PUB one message, REQ it each time it arrives until nsqd dead-letters it."""
+    w = Wire(node.tcp_address)
+    try:
+        w.sub(topic, channel, rdy=1)
+        Wire(node.tcp_address).pub(topic, b"poison")
+        reqs = 0
+        for _ in range(5):
+            msg = w.read_message()
+            w.cmd(b"REQ", msg.id.decode(), b"0")
+            reqs += 1
+            doc = request(f"http://{node.http_address}/stats?format=json&topic={topic}").json()
+            chan = doc["topics"][0]["channels"][0]
+            if chan.get("dead_letter_count"):
+                return reqs
+        raise AssertionError("the message was never dead-lettered")
+    finally:
+        w.close()
+
+
+def test_dead_letter_count_in_api_and_on_channel_and_topic_pages(nsqd_factory, admin_for, page):
+    node = nsqd_factory("--max-attempts=2")
+    admin = admin_for(node)
+    topic, channel = unique_name("lc"), "work"
+    _create_channel(node, topic, channel)
+    assert _requeue_until_dead(node, topic, channel) == 2  # attempt 1 REQ'd, attempt 2 REQ'd: dead
+
+    doc = request(f"{admin.url}/api/topics/{topic}/{channel}").json()
+    assert doc["dead_letter_count"] == 1 and doc["expired_count"] == 0
+    assert doc["dropped_count"] == 0 and doc["depth"] == 0
+    assert doc["nodes"][0]["dead_letter_count"] == 1
+    topic_doc = request(f"{admin.url}/api/topics/{topic}").json()
+    assert topic_doc["channels"][0]["dead_letter_count"] == 1
+    assert "dead_letter_count" not in topic_doc  # a topic only ever counts drops
+    dead = request(f"{admin.url}/api/topics/{topic}.dead").json()
+    assert dead["message_count"] == 1
+
+    page.goto(f"{admin.url}/topics/{topic}/{channel}")
+    expect(page.get_by_role("columnheader", name="Dead Lettered")).to_be_visible()
+    expect(page.get_by_role("columnheader", name="Expired")).to_be_visible()
+    total = page.locator("tr.total")
+    expect(total.locator('td[data-key="dead_letter_count"]')).to_have_text("1")
+    expect(total.locator('td[data-key="expired_count"]')).to_have_text("0")
+    row = page.locator(f'tr[data-node="{node.http_address}"]')
+    expect(row.locator('td[data-key="dead_letter_count"]')).to_have_text("1")
+
+    page.goto(f"{admin.url}/topics/{topic}")
+    chan_row = page.locator(f'tr[data-channel="{channel}"]')
+    expect(chan_row.locator('td[data-key="dead_letter_count"]')).to_have_text("1")
+    expect(page.get_by_role("columnheader", name="Dead Lettered")).to_have_count(1)
+
+
+def test_no_lifecycle_keys_or_columns_without_the_feature(nsqd_factory, admin_for, page):
+    node = nsqd_factory()
+    admin = admin_for(node)
+    topic, channel = unique_name("plain"), "work"
+    _create_channel(node, topic, channel)
+    w = Wire(node.tcp_address)
+    try:
+        w.sub(topic, channel, rdy=1)
+        Wire(node.tcp_address).pub(topic, b"x")
+        w.cmd(b"REQ", w.read_message().id.decode(), b"0")
+        wait_until(lambda: request(f"{admin.url}/api/topics/{topic}/{channel}").json()
+                   ["requeue_count"] == 1, what="the REQ counted")
+    finally:
+        w.close()
+
+    chan = request(f"{admin.url}/api/topics/{topic}/{channel}").json()
+    topic_doc = request(f"{admin.url}/api/topics/{topic}").json()
+    node_doc = request(f"{admin.url}/api/nodes/{node.http_address}").json()
+    for doc in (chan, chan["nodes"][0], topic_doc, topic_doc["nodes"][0], topic_doc["channels"][0],
+                node_doc["topics"][0], node_doc["topics"][0]["channels"][0]):
+        assert not set(LIFECYCLE) & set(doc), doc
+    assert "replication" not in node_doc and "replicas" not in node_doc
+
+    page.goto(f"{admin.url}/topics/{topic}/{channel}")
+    expect(page.get_by_role("heading", name="Channel Message Queue")).to_be_visible()
+    for name in ("Dead Lettered", "Expired", "Dropped"):
+        expect(page.get_by_role("columnheader", name=name)).to_have_count(0)
+    expect(page.locator("td[data-key]")).to_have_count(0)
+    page.goto(f"{admin.url}/nodes/{node.http_address}")
+    expect(page.get_by_role("heading", name="Node: ")).to_be_visible()
+    expect(page.locator("#replication")).to_have_count(0)
+
+
+def test_node_pages_show_replication_on_both_sides(nsqd_factory, admin_for, page):
+    peer = nsqd_factory("--accept-replicas")
+    origin = nsqd_factory(f"--replicate-to={peer.tcp_address}")
+    wait_until(lambda: linked(origin), what="the replication link")
+    topic = unique_name("rep")
+    _create_channel(origin, topic, "c")
+    w = Wire(origin.tcp_address)
+    try:
+        w.mpub(topic, [b"one", b"two", b"three"])  # sync acks: on the peer once OK'd
+    finally:
+        w.close()
+    admin = admin_for(origin, peer)
+
+    origin_doc = request(f"{admin.url}/api/nodes/{origin.http_address}").json()
+    assert origin_doc["replication"]["peer"] == peer.tcp_address
+    assert origin_doc["replication"]["state"] == "up"
+    peer_doc = request(f"{admin.url}/api/nodes/{peer.http_address}").json()
+    assert "replication" not in peer_doc
+    (rep,) = peer_doc["replicas"]
+    assert rep["origin"] == origin.tcp_address and rep["messages"] == 3
+
+    page.goto(f"{admin.url}/nodes/{origin.http_address}")
+    section = page.locator("#replication")
+    expect(section.get_by_role("heading", name="Replication")).to_be_visible()
+    row = section.locator('tr[data-replication="origin"]')
+    expect(row).to_contain_text(peer.tcp_address)
+    expect(row).to_contain_text("linked")
+    expect(row.locator("td").nth(4)).to_have_text("0")  # unacked batches
+
+    page.goto(f"{admin.url}/nodes/{peer.http_address}")
+    row = page.locator(f'#replication tr[data-replica="{origin.tcp_address}"]')
+    expect(row.locator("td").nth(1)).to_have_text("up")
+    expect(row.locator("td").nth(2)).to_have_text("3")  # messages held for the origin
+    expect(row.locator("td").nth(3)).to_have_text(str(rep["bytes"]))
+    expect(page.locator('#replication tr[data-replication="origin"]')).to_have_count(0)
