@@ -14,6 +14,7 @@ from admin.browser_util import expect
 from helpers.replication import linked
 from helpers.servers import unique_name
 from helpers.wire import Wire
+from nsqpy.admin.clusterinfo import Producer, TopicStats
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -161,3 +162,52 @@ def test_node_pages_show_replication_on_both_sides(nsqd_factory, admin_for, page
     expect(row.locator("td").nth(2)).to_have_text("3")  # messages held for the origin
     expect(row.locator("td").nth(3)).to_have_text(str(rep["bytes"]))
     expect(page.locator('#replication tr[data-replication="origin"]')).to_have_count(0)
+
+    # the peer goes away: the origin keeps accepting (degraded) and its node page says so
+    peer.stop()
+    w = Wire(origin.tcp_address)
+    try:
+        w.pub(topic, b"four")
+    finally:
+        w.close()
+
+    def degraded() -> bool:
+        doc = request(f"{admin.url}/api/nodes/{origin.http_address}").json()
+        return doc.get("replication", {}).get("state") == "degraded"
+    wait_until(degraded, timeout=20, what="the origin's degraded state")
+    page.goto(f"{admin.url}/nodes/{origin.http_address}")
+    row = page.locator('#replication tr[data-replication="origin"]')
+    expect(row.locator("td").nth(2)).to_have_text("degraded")
+
+
+def _node_stats(port: int, channel: dict, topic_extra: dict | None = None) -> TopicStats:
+    producer = Producer(hostname=f"h{port}", broadcast_address="127.0.0.1", http_port=port)
+    raw = {"topic_name": "t", "depth": 0, "backend_depth": 0, "message_count": 1,
+           "channels": [{"channel_name": "c", "depth": 0, "backend_depth": 0, **channel}],
+           **(topic_extra or {})}
+    return TopicStats.from_nsqd(raw, producer.http_address, producer, 0.0)
+
+
+def test_aggregates_sum_only_the_nodes_that_report_a_counter():
+    with_feature = _node_stats(1, {"dead_letter_count": 2, "expired_count": 1, "dropped_count": 0},
+                               {"dropped_count": 4})
+    plain = _node_stats(2, {})
+    also = _node_stats(3, {"dead_letter_count": 3, "expired_count": 0, "dropped_count": 5})
+    total = TopicStats("", "", "t")
+    for ts in (with_feature, plain, also):
+        total.add(ts)
+    doc = total.to_json()
+    assert doc["dropped_count"] == 4 and "dead_letter_count" not in doc
+    chan = doc["channels"][0]
+    assert (chan["dead_letter_count"], chan["expired_count"], chan["dropped_count"]) == (5, 1, 5)
+    per_node = {n["node"]: n for n in chan["nodes"]}
+    assert not set(LIFECYCLE) & set(per_node["127.0.0.1:2"])
+    assert per_node["127.0.0.1:3"]["dropped_count"] == 5
+    # the keys sit after upstream's counters, before client_count (Go's field order otherwise)
+    keys = list(chan)
+    assert keys.index("message_count") < keys.index("dead_letter_count") < keys.index("client_count")
+
+    none = TopicStats("", "", "t")
+    none.add(_node_stats(4, {}))
+    assert not set(LIFECYCLE) & set(none.to_json()) and not set(LIFECYCLE) & set(
+        none.to_json()["channels"][0])
