@@ -94,6 +94,26 @@ def test_dead_letter_count_in_api_and_on_channel_and_topic_pages(nsqd_factory, a
     expect(page.get_by_role("columnheader", name="Dead Lettered")).to_have_count(1)
 
 
+def test_topic_drop_counter_column_on_the_topic_page(nsqd_factory, admin_for, page):
+    """A disk bound makes nsqd report ``dropped_count`` for the topic too: a column in both tables."""
+    node = nsqd_factory("--max-disk-bytes=1000000")
+    admin = admin_for(node)
+    topic = unique_name("bound")
+    _create_channel(node, topic, "c")
+    doc = request(f"{admin.url}/api/topics/{topic}").json()
+    assert doc["dropped_count"] == 0 and doc["nodes"][0]["dropped_count"] == 0
+    assert doc["channels"][0]["dropped_count"] == 0 and "expired_count" in doc["channels"][0]
+    assert "expired_count" not in doc
+
+    page.goto(f"{admin.url}/topics/{topic}")
+    expect(page.get_by_role("columnheader", name="Dropped")).to_have_count(2)
+    expect(page.get_by_role("columnheader", name="Expired")).to_have_count(1)  # channels only
+    node_row = page.locator(f'tr[data-node="{node.http_address}"]')
+    expect(node_row.locator('td[data-key="dropped_count"]')).to_have_text("0")
+    expect(page.locator('tr.total td[data-key="dropped_count"]')).to_have_text("0")
+    expect(page.locator('tr[data-channel="c"] td[data-key]')).to_have_count(3)
+
+
 def test_no_lifecycle_keys_or_columns_without_the_feature(nsqd_factory, admin_for, page):
     node = nsqd_factory()
     admin = admin_for(node)

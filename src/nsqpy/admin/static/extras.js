@@ -40,7 +40,8 @@
     var parts = [h('h2', null, 'Replication')];
     if (origin) {
       var up = origin.state === 'up';
-      parts.push(NSQ.table(['Role', 'Peer', 'State', '#Shipped Messages', '#Unacked Batches', '#Unacked Bytes'],
+      var head = ['Role', 'Peer', 'State', '#Shipped Messages', '#Unacked Batches', '#Unacked Bytes'];
+      parts.push(NSQ.table(head,
         [h('tr', { 'data-replication': 'origin' }, td('origin (--replicate-to)'), td(origin.peer),
           h('td', null, badge(up ? 'linked' : origin.state, up ? 'ok' : 'danger')),
           td(fmt(origin.shipped_messages), true), td(fmt(origin.unacked_batches), true),
