@@ -112,8 +112,8 @@ def client_stats(client: "ClientV2", topic_filter: str = "", topology: bool = Fa
     return stats
 
 
-def channel_stats(channel: "Channel", include_clients: bool, topic_filter: str = "") -> dict:
-    topology = topology_set(channel.nsqd.options)
+def channel_stats(channel: "Channel", include_clients: bool, topic_filter: str = "",
+                  topology: bool = False) -> dict:
     clients = ([client_stats(c, topic_filter, topology) for c in channel.clients]
                if include_clients else None)
     e2e = channel.e2e.result() if channel.e2e is not None else None
@@ -170,6 +170,8 @@ def collect(nsqd: "NSQD", topic_filter: str = "", channel_filter: str = "",
         topics: Iterable["Topic"] = [topic]
     else:
         topics = sorted(nsqd.topics.values(), key=lambda t: t.name)
+    options = getattr(nsqd, "options", None)
+    topology = options is not None and topology_set(options)  # post-1.3.0 fields: opt-in only
     out = []
     for topic in topics:
         if channel_filter:
@@ -179,11 +181,10 @@ def collect(nsqd: "NSQD", topic_filter: str = "", channel_filter: str = "",
             chans = [channel]
         else:
             chans = sorted(topic.channels.values(), key=lambda c: c.name)
-        out.append(topic_stats(topic, [channel_stats(c, include_clients, topic_filter)
+        out.append(topic_stats(topic, [channel_stats(c, include_clients, topic_filter, topology)
                                        for c in chans]))
     producers = None
     if include_clients:
-        topology = topology_set(nsqd.options)
         producers = [client_stats(c, topic_filter, topology) for c in list(nsqd.clients.values())
                      if c.pub_counts] or None
     return out, producers
