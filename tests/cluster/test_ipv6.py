@@ -11,13 +11,13 @@ import asyncio
 import json
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from helpers.polling import wait_for
 from helpers.servers import VENV_BIN, Nsqd, ServerProcess, free_port, unique_name
 from helpers.wire import Wire
 from nsqpy.client import Consumer
@@ -94,14 +94,6 @@ def test_lookupd_and_admin_wildcard_dual_stack(tmp_path):
         lookupd.stop()
 
 
-def wait_for(predicate, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def test_ipv6_addresses_broadcast_and_registration(tmp_path):

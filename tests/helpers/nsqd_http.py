@@ -6,6 +6,8 @@ import urllib.request
 
 import orjson
 
+from helpers.polling import wait_for  # noqa: F401  (the metrics tests import it from here)
+
 
 def http(node, method: str, path: str, body: bytes = b"") -> bytes:
     """The response body of ``method path`` on ``node``; HTTPError for a non-2xx answer."""
@@ -19,15 +21,3 @@ def stats(node) -> dict:
     """nsqd's ``/stats`` JSON without clients."""
     return orjson.loads(http(node, "GET", "/stats?format=json&include_clients=false"))
 
-
-def wait_for(pred, what: str, timeout: float = 10.0, interval: float = 0.1):
-    """Poll ``pred`` until it returns something truthy (returned); fail after ``timeout``."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: last answer {got!r}"
-        time.sleep(interval)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
 import urllib.request
 
 import orjson
+
+from helpers.polling import wait_for  # noqa: F401  (the replication tests import it from here)
 
 
 def get_json(node, path: str):
@@ -21,15 +22,6 @@ def post(node, path: str, body: bytes = b"") -> int:
         return resp.status
 
 
-def wait_for(pred, timeout: float = 10.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or pred}")
-        time.sleep(0.1)
 
 
 def replica(node, topic: str | None = None) -> dict:

@@ -75,7 +75,8 @@ def test_values_match_stats_on_every_daemon(cluster):
         sub.cmd(b"RDY", "0")
         sub.cmd(b"FIN", msgs[0].id)
         sub.cmd(b"REQ", msgs[1].id, "0")
-        wait_for(lambda: stats(n0)["topics"][0]["channels"][0]["requeue_count"] == 1, "REQ seen")
+        wait_for(lambda: stats(n0)["topics"][0]["channels"][0]["requeue_count"] == 1, what="REQ seen",
+                 interval=0.1)
 
         # nsqd: every /stats figure of every topic and channel, and the consumer's
         _, m = scrape(n0)
@@ -150,7 +151,7 @@ def test_values_match_stats_on_every_daemon(cluster):
     # churn: one nsqd leaves, lookupd counts its unregistrations, nsqadmin sees one node
     n1.stop()
     _, lm = wait_for(lambda: (r := scrape(cluster.lookupd))[1]["nsqlookupd_producers"][()] == 1
-                  and r, "lookupd saw the node leave")
+                  and r, what="lookupd saw the node leave", interval=0.1)
     assert sample(lm, "nsqlookupd_registrations_total", category="client", action="unregister") == 1
     assert sample(lm, "nsqlookupd_registrations_total", category="topic", action="unregister") == 1
     assert sample(lm, "nsqlookupd_topic_producers", topic=topic) == 1

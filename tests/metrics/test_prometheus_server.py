@@ -109,12 +109,12 @@ def test_prometheus_scrapes_all_three_daemons(tmp_path):
         def all_up():
             targets = prom.api("targets")["activeTargets"]
             return len(targets) == 4 and all(t["health"] == "up" for t in targets) and targets
-        targets = wait_for(all_up, "every target scraped and up", 40, 0.5)
+        targets = wait_for(all_up, 40, "every target scraped and up", 0.5)
         assert {t["labels"]["job"] for t in targets} == {"nsqd", "nsqlookupd", "nsqadmin"}
 
         sel = f'topic="{topic}"'
         per_node = wait_for(lambda: (r := prom.query(f"nsqd_topic_messages_total{{{sel}}}"))
-                            and len(r) == 2 and r, "nsqd series", 40, 0.5)
+                            and len(r) == 2 and r, 40, "nsqd series", 0.5)
         assert sorted(per_node.values()) == [3.0, 4.0]
         assert {dict(k)["instance"] for k in per_node} == {n0.http_address, n1.http_address}
         total = prom.query(f"sum(nsqd_channel_depth{{{sel},channel=\"ch\"}})")
@@ -129,7 +129,7 @@ def test_prometheus_scrapes_all_three_daemons(tmp_path):
         for i in range(20):
             http(n0, "POST", f"/pub?topic={topic}", b"more")
         wait_for(lambda: list(prom.query(f"sum(nsqd_topic_messages_total{{{sel}}})").values())
-                 == [27.0], "the new messages scraped", 40, 0.5)
+                 == [27.0], 40, "the new messages scraped", 0.5)
         rate = prom.query(f"sum(rate(nsqd_topic_messages_total{{{sel}}}[1m]))")
         assert list(rate.values())[0] > 0
         # the example queries of docs/metrics.md and the Grafana dashboard's all parse and run

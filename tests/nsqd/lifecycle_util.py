@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable
+from typing import Any
 
+from helpers.polling import wait_for  # noqa: F401  (the lifecycle tests import it from here)
 from helpers.servers import Nsqd
 
 
@@ -41,15 +41,6 @@ def topic_stats(node: Nsqd, topic: str) -> dict | None:
     return topics[0] if topics else None
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def fin_all(w, quiet: float) -> list:
