@@ -34,7 +34,8 @@ from security.support import OPENSSL, make_certs
 
 SCALE = float(os.environ.get("NSQPY_FUZZ_SCALE", "1"))
 pytestmark = pytest.mark.timeout(int(120 * max(1.0, SCALE)))
-LIMITS = Limits(max_msg_size=2000, max_body_size=10_000, max_req_timeout_ms=5000)
+LIMITS = Limits(max_msg_size=2000, max_body_size=10_000, max_req_timeout_ms=5000,
+                max_defer_timeout_ms=5000)
 I32 = struct.Struct(">i")
 
 

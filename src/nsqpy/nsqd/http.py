@@ -512,7 +512,7 @@ class HttpApi:
                 delay_ms = _go_parse_int(raw_defer)
             except ValueError:
                 raise HttpError(400, "INVALID_DEFER") from None
-            if delay_ms < 0 or delay_ms > self.nsqd.limits.max_req_timeout_ms:
+            if delay_ms < 0 or delay_ms > self.nsqd.limits.max_defer_timeout_ms:
                 raise HttpError(400, "INVALID_DEFER")
         msg = (self.nsqd.id_factory.next_id(), body, time.time_ns(), 0)
         self._put(topic, [msg], len(body), delay_ms / 1000.0)

@@ -42,7 +42,8 @@ class NSQD:
         self.limits = Limits(
             max_msg_size=options.max_msg_size,
             max_body_size=options.max_body_size,
-            max_req_timeout_ms=int(options.max_defer_timeout * 1000),  # DPUB's limit
+            max_req_timeout_ms=int(options.max_req_timeout * 1000),
+            max_defer_timeout_ms=int(options.max_defer_timeout * 1000),
         )
         self.start_time = int(time.time())
         self.exiting = False

@@ -24,7 +24,7 @@ import orjson
 
 from .. import NSQ_COMPAT_VERSION
 from ..protocol.commands import (
-    BASE10_ERROR, Limits, arg_text, as_int64, byte_to_base10, check_topic, go_quote, ms_to_duration_ns,
+    BASE10_ERROR, MS, Limits, arg_text, as_int64, byte_to_base10, check_topic, go_quote, ms_to_duration_ns,
     pre_body_checks,
 )
 from ..protocol.errors import (
@@ -299,7 +299,7 @@ class ProtocolV2:
             raise FatalError(E_INVALID, f"REQ could not parse timeout {arg_text(params[2])}",
                              BASE10_ERROR) from None
         client = self.client
-        max_ns = int(self.nsqd.options.max_req_timeout * 1e9)  # the DPUB limit may differ
+        max_ns = self.nsqd.limits.max_req_timeout_ms * MS
         clamped = 0 if timeout_ns < 0 else min(timeout_ns, max_ns)
         if clamped != timeout_ns:
             self.nsqd.logger.info("PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",

@@ -39,7 +39,8 @@ class Limits:
 
     max_msg_size: int = 1048576
     max_body_size: int = 5242880
-    max_req_timeout_ms: int = 3600_000
+    max_req_timeout_ms: int = 3600_000  # REQ's clamp
+    max_defer_timeout_ms: int = 3600_000  # DPUB's range (--max-defer-timeout, else REQ's)
 
 
 class LineTooLong(FatalError):
@@ -141,9 +142,9 @@ def pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
         except ValueError:
             raise FatalError(E_INVALID, f"DPUB could not parse timeout {arg_text(params[2])}",
                              BASE10_ERROR) from None
-        if not 0 <= ms_to_duration_ns(timeout) <= limits.max_req_timeout_ms * MS:
+        if not 0 <= ms_to_duration_ns(timeout) <= limits.max_defer_timeout_ms * MS:
             raise FatalError(
-                E_INVALID, f"DPUB timeout {timeout} out of range 0-{limits.max_req_timeout_ms}"
+                E_INVALID, f"DPUB timeout {timeout} out of range 0-{limits.max_defer_timeout_ms}"
             )
         return limits.max_msg_size
     if name == b"AUTH" and len(params) != 1:
