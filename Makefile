@@ -34,14 +34,10 @@ browser:
 
 # Graphite (Debian's carbon + graphite-web) and the npm statsd daemon for the nsqadmin graphite
 # test; installed when missing and we may (root); otherwise that test skips with its reason.
-graphite: tests/admin/graphite/node_modules/.installed
+graphite: tests/statsd_daemon/node_modules/.installed
 	@[ -x /usr/bin/carbon-cache ] && /usr/bin/python3 -c 'import graphite.settings' 2>/dev/null || \
 	  { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install \
 	    -y -qq graphite-carbon graphite-web >/dev/null) || echo "graphite not installed: the nsqadmin graphite test will skip"; }
-
-tests/admin/graphite/node_modules/.installed: tests/admin/graphite/package.json
-	cd tests/admin/graphite && npm install --no-audit --no-fund --silent
-	touch $@
 
 # Debian's Prometheus server and promtool for the /metrics tests (tests/metrics); like chromium.
 prometheus:
@@ -70,4 +66,4 @@ bench: $(STAMP)
 	$(PY) bench/nsqd_bench.py
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) tests/js/node_modules tests/admin/graphite/node_modules tests/statsd_daemon/node_modules
+	rm -rf $(VENV) $(VENV_MIN) tests/js/node_modules tests/statsd_daemon/node_modules

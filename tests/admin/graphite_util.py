@@ -2,28 +2,27 @@
 
 * carbon-cache and graphite-web from Debian's ``graphite-carbon`` / ``graphite-web`` (system
   Python, ``/usr/bin/python3``), with their own storage and settings in the test's directory;
-* the statsd daemon from npm (``tests/admin/graphite/node_modules/statsd``) flushing to carbon
+* the statsd daemon from npm (:class:`helpers.statsd_daemon.StatsdDaemon`) flushing to carbon
   with the non-legacy namespace (``stats.counters.<key>.count``, ``stats.gauges.<key>``): the key
   shapes upstream nsqadmin's defaults expect.
 
-``make graphite`` (a dependency of ``make test``) installs them; :func:`missing` says what is not
+``make graphite`` and the statsd target (dependencies of ``make test``) install them; :func:`missing` says what is not
 there so the test can skip with the reason.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 from helpers.servers import ServerProcess, free_port
+from helpers.statsd_daemon import StatsdDaemon
+from helpers.statsd_daemon import missing_reason as statsd_missing_reason
 from security.support import _wait_port as wait_port
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 CARBON_CACHE = "/usr/bin/carbon-cache"
-STATSD_DIR = Path(__file__).parent / "graphite" / "node_modules" / "statsd"
 
 
 def missing() -> str:
@@ -34,9 +33,7 @@ def missing() -> str:
                            capture_output=True, timeout=30)
     if probe.returncode != 0:
         return "graphite-web is not installed (make graphite)"
-    if not (STATSD_DIR / "stats.js").exists() or shutil.which("node") is None:
-        return "the statsd npm package is not installed (make graphite)"
-    return ""
+    return statsd_missing_reason() or ""
 
 
 class PortProcess(ServerProcess):
@@ -115,22 +112,8 @@ class Graphite:
             proc.stop()
 
 
-class Statsd(PortProcess):
-    """The npm statsd daemon: UDP ``port`` in, carbon's line receiver out every ``step`` s."""
-
-    def __init__(self, root: Path, graphite: Graphite, step: int) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        self.port, self.mgmt_port = free_port(), free_port()
-        config = {"port": self.port, "address": "127.0.0.1", "mgmt_address": "127.0.0.1",
-                  "mgmt_port": self.mgmt_port, "graphiteHost": "127.0.0.1",
-                  "graphitePort": graphite.line_port, "flushInterval": step * 1000,
-                  "backends": ["./backends/graphite"], "graphite": {"legacyNamespace": False}}
-        path = root / "statsd.js"
-        # statsd reads its config with eval(): a JSON object in parentheses is valid there
-        path.write_text("(" + json.dumps(config) + ")")
-        super().__init__(["node", str(STATSD_DIR / "stats.js"), str(path)], self.mgmt_port,
-                         root / "statsd.log", cwd=STATSD_DIR)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+def graphite_statsd(directory: Path, graphite: Graphite, step: int) -> StatsdDaemon:
+    """The npm statsd daemon flushing to carbon's line receiver every ``step`` s."""
+    return StatsdDaemon(directory, graphiteHost="127.0.0.1", graphitePort=graphite.line_port,
+                        flushInterval=step * 1000, backends=["./backends/graphite"],
+                        graphite={"legacyNamespace": False})

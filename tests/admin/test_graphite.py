@@ -1,108 +1,22 @@
 """nsqadmin with graphite, end to end (issue #12 item 2): nsqd's statsd -> the real statsd daemon
 (npm) -> real Graphite (carbon-cache + graphite-web) -> nsqadmin ``--graphite-url`` -> Chromium.
-
-Who sends the statsd lines, in this order of preference:
-1. nsqpy's own nsqd with ``--statsd-address`` (once the metrics branch that builds it is merged);
-2. upstream's nsqd v1.3.0 from ``$NSQ_UPSTREAM_BIN`` or /work/upstream/bin, when it is there;
-3. otherwise a stand-in (:class:`StandInStatsd`) that reads nsqpy's nsqd ``/stats`` every interval
-   and sends the lines upstream's nsqd would send (same keys, counters as deltas, gauges), so that
-   everything downstream of nsqd is still the real thing. The test prints which one fed it.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import socket
 import threading
-from pathlib import Path
 
 import pytest
 
 from admin.admin_util import NsqAdmin, request, wait_until
 from admin.browser_util import expect
-from admin.graphite_util import Graphite, Statsd, missing
-from helpers.servers import Nsqd, Nsqlookupd, ServerProcess, free_port, unique_name
+from admin.graphite_util import Graphite, graphite_statsd, missing
+from helpers.servers import Nsqd, Nsqlookupd, unique_name
 
 pytestmark = pytest.mark.timeout(240)
 
 STEP = 2  # seconds: nsqd's --statsd-interval = statsd's flush = whisper's step = nsqadmin's
-UPSTREAM_BIN = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
-
-
-class UpstreamNsqd(ServerProcess):
-    def __init__(self, directory: Path, *extra: str) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.tcp_port, self.http_port = free_port(), free_port()
-        super().__init__([str(UPSTREAM_BIN / "nsqd"), f"--tcp-address=127.0.0.1:{self.tcp_port}",
-                          f"--http-address=127.0.0.1:{self.http_port}",
-                          "--broadcast-address=127.0.0.1", f"--data-path={directory}", *extra],
-                         f"http://127.0.0.1:{self.http_port}/ping", directory / "nsqd.log")
-
-    @property
-    def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-
-class StandInStatsd:
-    """Stand-in for nsqd's statsd client (see the module docstring): upstream's keys and types."""
-
-    def __init__(self, nsqd: Nsqd, statsd_port: int) -> None:
-        self.nsqd, self.port = nsqd, statsd_port
-        self.prefix = f"nsq.127_0_0_1_{nsqd.http_port}."
-        self.last: dict[str, int] = {}
-        self.stopped = threading.Event()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _counter(self, key: str, value: int) -> str:
-        delta = value - self.last.get(key, 0)
-        self.last[key] = value
-        return f"{self.prefix}{key}:{delta}|c"
-
-    def _run(self) -> None:
-        while not self.stopped.wait(STEP):
-            doc = request(f"http://{self.nsqd.http_address}/stats?format=json"
-                          "&include_clients=false").json()
-            lines = []
-            for t in doc.get("topics") or ():
-                k = f"topic.{t['topic_name']}"
-                lines += [self._counter(f"{k}.message_count", t["message_count"]),
-                          f"{self.prefix}{k}.depth:{t['depth']}|g",
-                          f"{self.prefix}{k}.backend_depth:{t['backend_depth']}|g"]
-                for c in t.get("channels") or ():
-                    ck = f"{k}.channel.{c['channel_name']}"
-                    lines += [self._counter(f"{ck}.message_count", c["message_count"]),
-                              self._counter(f"{ck}.requeue_count", c["requeue_count"]),
-                              self._counter(f"{ck}.timeout_count", c["timeout_count"])]
-                    lines += [f"{self.prefix}{ck}.{g}:{c[f]}|g" for g, f in (
-                        ("depth", "depth"), ("backend_depth", "backend_depth"),
-                        ("in_flight_count", "in_flight_count"),
-                        ("deferred_count", "deferred_count"), ("clients", "client_count"))]
-            for i in range(0, len(lines), 8):  # small datagrams, as upstream packs them
-                self.sock.sendto("\n".join(lines[i:i + 8]).encode() + b"\n",
-                                 ("127.0.0.1", self.port))
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(STEP + 5)
-        self.sock.close()
-
-
-def start_fed_nsqd(tmp: Path, lookupd: Nsqlookupd, statsd: Statsd):
-    """(nsqd, what feeds statsd, stand-in or None)."""
-    flags = [f"--lookupd-tcp-address={lookupd.tcp_address}", f"--statsd-address={statsd.address}",
-             f"--statsd-interval={STEP}s", "--statsd-prefix=nsq.%s"]
-    try:
-        return Nsqd(tmp / "nsqd", *flags), "nsqpy nsqd", None
-    except AssertionError as err:  # nsqpy's nsqd without a statsd client refuses the flag
-        if "not implemented" not in str(err):
-            raise
-    if os.access(UPSTREAM_BIN / "nsqd", os.X_OK):
-        return UpstreamNsqd(tmp / "upstream-nsqd", *flags), "upstream nsqd v1.3.0", None
-    nsqd = Nsqd(tmp / "nsqd-plain", f"--lookupd-tcp-address={lookupd.tcp_address}")
-    return nsqd, "stand-in statsd lines from nsqpy's /stats", StandInStatsd(nsqd, statsd.port)
 
 
 @pytest.fixture(scope="module")
@@ -115,15 +29,14 @@ def pipeline(tmp_path_factory):
     try:
         graphite = Graphite(tmp / "graphite", STEP)
         stop.append(graphite)
-        statsd = Statsd(tmp / "statsd", graphite, STEP)
+        statsd = graphite_statsd(tmp / "statsd", graphite, STEP)
         stop.append(statsd)
         lookupd = Nsqlookupd(tmp / "lookupd")
         stop.append(lookupd)
-        nsqd, feeder, stand_in = start_fed_nsqd(tmp, lookupd, statsd)
+        nsqd = Nsqd(tmp / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}",
+                    f"--statsd-address={statsd.address}", f"--statsd-interval={STEP}s",
+                    "--statsd-prefix=nsq.%s")
         stop.append(nsqd)
-        if stand_in is not None:
-            stop.append(stand_in)
-        print(f"statsd fed by: {feeder}")
         common = [f"--lookupd-http-address={lookupd.http_address}",
                   f"--graphite-url={graphite.url}", f"--statsd-interval={STEP}s"]
         admin = NsqAdmin(tmp / "admin", *common)
