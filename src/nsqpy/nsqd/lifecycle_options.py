@@ -7,11 +7,9 @@ no requeue on disconnect, DPUB limited by ``--max-req-timeout``. None of these f
 
 from __future__ import annotations
 
-import functools
-
 from typing import Any
 
-from ..common.flags import Flag, FlagError
+from ..common.flags import Flag, FlagError, extensions
 
 DISK_FULL_POLICIES = ("reject", "drop-oldest")
 MAX_ATTEMPTS_LIMIT = 65535  # the wire's attempts field is a uint16
@@ -25,8 +23,8 @@ def _policy(raw: str) -> str:
 
 
 def lifecycle_flags() -> list[Flag]:
-    F = functools.partial(Flag, extension=True)
-    return [
+    F = Flag
+    return extensions(
         F("max-attempts", 0, "dead-letter a message delivered this many times when it comes back (REQ, timeout); 0 = unlimited", kind="int"),
         F("dead-letter-topic", "%s.dead", "topic dead-lettered messages go to (%s = the topic's name)"),
         F("msg-ttl", 0.0, "drop messages older than this at delivery (0 = keep forever)", kind="duration"),
@@ -35,8 +33,7 @@ def lifecycle_flags() -> list[Flag]:
         F("drain-timeout", 0.0, "after POST /drain or SIGUSR2, shut down anyway after this long (0 = wait until empty)", kind="duration"),
         F("requeue-on-disconnect", False, "requeue a consumer's in-flight messages as soon as its connection closes", kind="bool"),
         F("max-defer-timeout", 3600.0, "maximum DPUB / pub?defer delay (default: --max-req-timeout)", kind="duration"),
-    ]
-
+    )
 
 
 def validate_lifecycle(values: dict[str, Any], explicit: set[str]) -> None:
