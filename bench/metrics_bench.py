@@ -33,49 +33,14 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nsqd_bench import create_channel, rss_mib, run_pub, run_sub  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from helpers.statsd_receiver import StatsdReceiver  # noqa: E402
+
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class UdpSink:
-    """Keeps what nsqd sends to its statsd address, with arrival times."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)  # no drops here
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.events: list[tuple[float, bytes]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                continue
-            self.events.append((time.monotonic(), data))
-
-    def whole_pushes(self) -> list[list[tuple[float, bytes]]]:
-        """Pushes that ended (their last datagram ends with the ``mem.gc_runs`` counter)."""
-        out, current = [], []
-        for event in list(self.events):
-            current.append(event)
-            if event[1].endswith(b"|c\n") and b"mem.gc_runs:" in event[1].rsplit(b"\n", 2)[-2]:
-                out.append(current)
-                current = []
-        return out
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
 
 
 class Nsqd:
@@ -136,7 +101,7 @@ def time_get(addr: str, path: str, n: int) -> tuple[list[float], int]:
 
 
 def bench_scrape(args) -> None:
-    sink = UdpSink()
+    sink = StatsdReceiver()
     interval = 10
     node = Nsqd(args.nsqd_bin, f"--statsd-address={sink.address}",
                 f"--statsd-interval={interval}s")
@@ -168,15 +133,17 @@ def bench_scrape(args) -> None:
         # a whole statsd push begun after the scrapes (the node no longer changing)
         mark = time.monotonic()
         deadline = mark + 4 * interval
-        push = None
-        while push is None and time.monotonic() < deadline:
+        found = None
+        while found is None and time.monotonic() < deadline:
             time.sleep(0.5)
-            push = next((p for p in sink.whole_pushes() if p[0][0] > mark), None)
-        if push is not None:
-            lines = sum(d.count(b"\n") for _, d in push)
+            found = next(((first, p) for first, p in sink.pushes("mem.gc_runs") if first > mark), None)
+        if found is not None:
+            first, push = found
+            arrivals = [when for when, _ in sink.received if when >= first][:len(push)]
+            lines = sum(d.count(b"\n") for d in push)
             print(f"statsd push: {len(push):,} datagrams, {lines:,} lines, "
-                  f"{sum(len(d) for _, d in push):,} bytes, spread over "
-                  f"{push[-1][0] - push[0][0]:.1f}s of the {interval}s interval")
+                  f"{sum(len(d) for d in push):,} bytes, spread over "
+                  f"{arrivals[-1] - arrivals[0]:.1f}s of the {interval}s interval")
     finally:
         node.stop()
         sink.close()
@@ -200,7 +167,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def one_rate_run(args, on: bool) -> tuple[float, float, float]:
-    sink = UdpSink() if on else None
+    sink = StatsdReceiver() if on else None
     flags = [f"--mem-queue-size={args.mem_queue_size}"]
     flags += ([f"--statsd-address={sink.address}", "--statsd-interval=1s"] if sink
               else ["--metrics=false"])
@@ -226,7 +193,7 @@ def one_rate_run(args, on: bool) -> tuple[float, float, float]:
         node.stop()
         if sink is not None:
             sink.close()
-    extra = f" ({scrapes[0]} scrapes, {len(sink.events)} statsd datagrams)" if sink else ""
+    extra = f" ({scrapes[0]} scrapes, {len(sink.received)} statsd datagrams)" if sink else ""
     print(f"  {'on ' if on else 'off'}: publish {pub:>10,.0f} msgs/s  consume {sub:>10,.0f} msgs/s"
           f"  nsqd CPU {cpu_us:.2f} us/msg{extra}")
     return pub, sub, cpu_us

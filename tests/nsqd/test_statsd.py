@@ -8,7 +8,6 @@ is checked against ``/stats`` with its type: gauges equal the values, counters a
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import orjson
@@ -16,6 +15,7 @@ import pytest
 
 from helpers.nsqd_http import http, stats
 from helpers.servers import unique_name
+from helpers.statsd_receiver import StatsdReceiver
 from helpers.wire import Wire
 
 pytestmark = pytest.mark.timeout(90)
@@ -28,64 +28,6 @@ CHANNEL_GAUGES = {"depth": "depth", "backend_depth": "backend_depth",
                   "clients": "client_count"}
 MEM_GAUGES = ("heap_objects", "heap_idle_bytes", "heap_in_use_bytes", "heap_released_bytes",
               "gc_pause_usec_100", "gc_pause_usec_99", "gc_pause_usec_95", "next_gc_bytes")
-
-
-class Receiver:
-    """A UDP socket standing in for the statsd daemon's port; a thread stamps each datagram's
-    arrival, so a push can be told apart from one that began before the state settled."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)  # no drops here
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.received: list[tuple[float, bytes]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            self.received.append((time.monotonic(), data))
-
-    def pushes(self, last_key: str) -> list[tuple[float, list[bytes]]]:
-        """Whole pushes so far: (arrival of the first datagram, datagrams), each ending with
-        the datagram whose last line is ``last_key``."""
-        out: list[tuple[float, list[bytes]]] = []
-        current: list[bytes] = []
-        first = 0.0
-        for when, data in list(self.received):
-            if not current:
-                first = when
-            current.append(data)
-            last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1].split(b":")[0]
-            if last.endswith(last_key.encode()):
-                out.append((first, current))
-                current = []
-        return out
-
-    def pushes_after(self, t0: float, last_key: str, count: int,
-                     timeout: float = 20.0) -> list[tuple[float, list[bytes]]]:
-        """Wait for ``count`` whole pushes begun after ``t0``; returns every whole push."""
-        deadline = time.monotonic() + timeout
-        while True:
-            pushes = self.pushes(last_key)
-            if sum(1 for first, _ in pushes if first > t0) >= count:
-                return pushes
-            assert time.monotonic() < deadline, f"no {count} pushes ending with {last_key}"
-            time.sleep(0.05)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sock.close()
 
 
 def parse(datagrams: list[bytes], size: int) -> dict[str, tuple[int, str]]:
@@ -105,7 +47,7 @@ def parse(datagrams: list[bytes], size: int) -> dict[str, tuple[int, str]]:
 
 @pytest.fixture
 def receiver():
-    r = Receiver()
+    r = StatsdReceiver()
     yield r
     r.close()
 
