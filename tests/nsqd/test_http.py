@@ -15,7 +15,8 @@ import pytest
 from helpers.servers import VENV_BIN, free_port, unique_name
 from helpers.wire import Wire
 from nsqpy.common.router import clean_path
-from nsqpy.nsqd.http import HttpError, Route, Router, _split_text_mpub, parse_query
+from nsqpy.common.goweb import parse_query
+from nsqpy.nsqd.http import HttpError, Route, Router, _split_text_mpub
 
 pytestmark = pytest.mark.timeout(30)
 

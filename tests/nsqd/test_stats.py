@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
+from nsqpy.common.goweb import go_json
 from nsqpy.nsqd import stats as s
 
 pytestmark = pytest.mark.timeout(30)
@@ -64,7 +65,7 @@ def test_collect_sorts_filters_and_nulls():
 def test_latency_numbers_print_like_go():
     e2e = s._latency({"count": 3, "percentiles": [{"quantile": 1.0, "value": 1500},
                                                   {"quantile": 0.99, "value": 12.0}]})
-    assert s.go_json(e2e) == b'{"count":3,"percentiles":[{"quantile":1,"value":1500},{"quantile":0.99,"value":12}]}'
+    assert go_json(e2e) == b'{"count":3,"percentiles":[{"quantile":1,"value":1500},{"quantile":0.99,"value":12}]}'
     assert s._latency(None) == {"count": 0, "percentiles": None}
     assert s._latency({"count": 0, "percentiles": None}, [0.99, 1.0]) == {
         "count": 0, "percentiles": [{"quantile": 0.99, "value": 0}, {"quantile": 1, "value": 0}]}
@@ -73,8 +74,8 @@ def test_latency_numbers_print_like_go():
 
 
 def test_go_json_escapes_html():
-    assert s.go_json({"a": "<b>&\u2028"}) == b'{"a":"\\u003cb\\u003e\\u0026\\u2028"}'
-    assert orjson.loads(s.go_json({"a": "<&>"})) == {"a": "<&>"}
+    assert go_json({"a": "<b>&\u2028"}) == b'{"a":"\\u003cb\\u003e\\u0026\\u2028"}'
+    assert orjson.loads(go_json({"a": "<&>"})) == {"a": "<&>"}
 
 
 def test_client_lines():

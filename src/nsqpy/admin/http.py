@@ -31,7 +31,7 @@ from .. import NSQ_COMPAT_VERSION
 from ..common.flags import format_duration
 from ..common.router import Router, unrouted_response
 from ..common.log import parse_level, set_level
-from ..nsqd.stats import go_json
+from ..common.goweb import go_json
 from ..protocol.names import is_valid_name
 from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
 from .graphite import Graphite

@@ -19,7 +19,7 @@ from .. import version_string
 from ..common.addr import join_host_port, listen_socket
 from ..common import daemon
 from ..common.log import make_logger
-from ..nsqd.stats import go_json
+from ..common.goweb import go_json
 from .clusterinfo import ClusterInfo
 from .http import HTTPServer
 from .live import LiveSampler, QuietLog

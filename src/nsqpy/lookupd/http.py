@@ -10,16 +10,15 @@ The ``/debug/pprof`` family is Go-runtime specific and is not served (404).
 
 from __future__ import annotations
 
-import re
 import time
 from typing import TYPE_CHECKING, Any, Callable
-from urllib.parse import unquote_to_bytes
 
 import orjson
 from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.addr import join_host_port
+from ..common.goweb import first_value, go_json, parse_query
 from ..common.router import Router, unrouted_response
 from ..common.flags import format_duration
 from ..protocol.names import is_valid_name
@@ -43,51 +42,6 @@ class HTTPError(Exception):
         self.text = text
 
 
-# --- Go compatibility helpers -------------------------------------------------------------------
-
-_GO_HTML_ESCAPES = re.compile(rb"[<>&]|\xe2\x80[\xa8\xa9]")
-_GO_ESCAPE_MAP = {b"<": b"\\u003c", b">": b"\\u003e", b"&": b"\\u0026",
-                  b"\xe2\x80\xa8": b"\\u2028", b"\xe2\x80\xa9": b"\\u2029"}
-
-
-def go_json(obj: Any, sort_keys: bool = False) -> bytes:
-    """JSON as Go's ``encoding/json`` writes it: maps sorted by key (``sort_keys``) and
-    ``<``, ``>``, ``&``, U+2028, U+2029 escaped. Those characters can only occur inside strings,
-    so escaping the encoded bytes is exact."""
-    out = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
-    if _GO_HTML_ESCAPES.search(out):
-        out = _GO_HTML_ESCAPES.sub(lambda m: _GO_ESCAPE_MAP[m.group()], out)
-    return out
-
-
-_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-
-
-def _query_unescape(text: str) -> str:
-    text = text.replace("+", " ")
-    if "%" not in text:
-        return text
-    if _BAD_ESCAPE.search(text):
-        raise ValueError("invalid URL escape")
-    return unquote_to_bytes(text).decode("utf-8", "surrogateescape")
-
-
-def parse_query(raw: str) -> dict[str, list[str]]:
-    """Go's ``url.ParseQuery``; ValueError where Go returns an error (it keeps parsing, but
-    upstream's handlers reject the request on any error, so the first one is enough)."""
-    values: dict[str, list[str]] = {}
-    if not raw:
-        return values
-    for part in raw.split("&"):
-        if ";" in part:
-            raise ValueError("invalid semicolon separator in query")
-        if not part:
-            continue
-        key, _, value = part.partition("=")
-        values.setdefault(_query_unescape(key), []).append(_query_unescape(value))
-    return values
-
-
 def peer_json(peer: PeerInfo) -> bytes:
     """A producer's ``PeerInfo`` JSON, encoded once per peer."""
     data = peer.json
@@ -103,19 +57,14 @@ def _params(request: web.Request) -> dict[str, list[str]]:
         raise HTTPError(400, "INVALID_REQUEST") from None
 
 
-def _get(params: dict[str, list[str]], key: str) -> str | None:
-    v = params.get(key)
-    return v[0] if v is not None else None
-
-
 def _topic_channel_args(params: dict[str, list[str]]) -> tuple[str, str]:
     """Upstream's ``http_api.GetTopicChannelArgs``."""
-    topic = _get(params, "topic")
+    topic = first_value(params, "topic")
     if topic is None:
         raise HTTPError(400, "MISSING_ARG_TOPIC")
     if not is_valid_name(topic):
         raise HTTPError(400, "INVALID_ARG_TOPIC")
-    channel = _get(params, "channel")
+    channel = first_value(params, "channel")
     if channel is None:
         raise HTTPError(400, "MISSING_ARG_CHANNEL")
     if not is_valid_name(channel):
@@ -204,14 +153,14 @@ class HTTPServer:
 
     def channels(self, request: web.Request) -> bytes:
         params = _params(request)
-        topic = _get(params, "topic")
+        topic = first_value(params, "topic")
         if topic is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
         return go_json({"channels": subkeys(self.db.find_registrations("channel", topic, "*"))})
 
     def lookup(self, request: web.Request) -> bytes:
         params = _params(request)
-        topic = _get(params, "topic")
+        topic = first_value(params, "topic")
         if topic is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
         db = self.db
@@ -270,7 +219,7 @@ class HTTPServer:
 
     def create_topic(self, request: web.Request) -> None:
         params = _params(request)
-        topic = _get(params, "topic")
+        topic = first_value(params, "topic")
         if topic is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
         if not is_valid_name(topic):
@@ -280,7 +229,7 @@ class HTTPServer:
 
     def delete_topic(self, request: web.Request) -> None:
         params = _params(request)
-        topic = _get(params, "topic")
+        topic = first_value(params, "topic")
         if topic is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
         db = self.db
@@ -293,10 +242,10 @@ class HTTPServer:
 
     def tombstone_topic_producer(self, request: web.Request) -> None:
         params = _params(request)
-        topic = _get(params, "topic")
+        topic = first_value(params, "topic")
         if topic is None:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
-        node = _get(params, "node")
+        node = first_value(params, "node")
         if node is None:
             raise HTTPError(400, "MISSING_ARG_NODE")
         self.logger.info("DB: setting tombstone for producer@%s of topic(%s)", node, topic)

@@ -17,7 +17,8 @@ from ..common.addr import listen_socket, sock_address
 from ..common import daemon
 from ..common.log import make_logger
 from ..protocol.lookup import encode_response
-from .http import HTTPServer, go_json
+from ..common.goweb import go_json
+from .http import HTTPServer
 from .options import Options, parse_options
 from .registration_db import RegistrationDB
 from .tcp import TCPServer

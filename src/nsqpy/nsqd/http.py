@@ -30,13 +30,11 @@ from __future__ import annotations
 import gc
 import inspect
 import logging
-import re
 import socket
 import ssl
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable
-from urllib.parse import unquote_to_bytes
 
 import orjson
 from aiohttp import web
@@ -48,6 +46,7 @@ from ..common import router as common_router
 from ..common.addr import is_unix_socket, listen_socket, sock_address
 from ..common.router import unrouted_response
 from ..common.flags import format_duration
+from ..common.goweb import first_value, go_json, parse_query
 from ..common.log import NSQ_LEVEL_NUMBERS, set_level
 from ..protocol.commands import go_quote
 from ..protocol.names import is_valid_name
@@ -111,7 +110,7 @@ def _server_logger(nsqd: "NSQD") -> logging.Logger:
 # --- responses ---------------------------------------------------------------------------------
 
 def _json(value: object, status: int = 200) -> web.Response:
-    return web.Response(body=nsq_stats.go_json(value), status=status,
+    return web.Response(body=go_json(value), status=status,
                         content_type="application/json", charset="utf-8")
 
 
@@ -134,47 +133,11 @@ async def _add_nsq_header(request: web.Request, response: web.StreamResponse) ->
 
 # --- request parsing ---------------------------------------------------------------------------
 
-_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-
-
-def _unescape(text: str) -> str:
-    if _BAD_ESCAPE.search(text):
-        raise ValueError(f"invalid URL escape in {text!r}")
-    return unquote_to_bytes(text.replace("+", " ")).decode("utf-8", "replace")
-
-
-def parse_query(raw: str) -> dict[str, list[str]]:
-    """Go's ``url.ParseQuery``: ValueError on a bad %-escape or a ``;`` separator."""
-    values: dict[str, list[str]] = {}
-    error: ValueError | None = None
-    for part in raw.split("&"):
-        if ";" in part:
-            error = error or ValueError("invalid semicolon separator in query")
-            continue
-        if not part:
-            continue
-        key, _, value = part.partition("=")
-        try:
-            key, value = _unescape(key), _unescape(value)
-        except ValueError as err:
-            error = error or err
-            continue
-        values.setdefault(key, []).append(value)
-    if error is not None:
-        raise error
-    return values
-
-
 def _query(request: web.Request) -> dict[str, list[str]]:
     try:
         return parse_query(request.rel_url.raw_query_string)
     except ValueError:
         raise HttpError(400, "INVALID_REQUEST") from None
-
-
-def _first(query: dict[str, list[str]], key: str) -> str | None:
-    values = query.get(key)
-    return values[0] if values else None
 
 
 async def _read_bounded(request: web.Request, limit: int) -> bytes:
@@ -406,7 +369,7 @@ class HttpApi:
     @staticmethod
     def _topic_arg(query: dict[str, list[str]]) -> str:
         """``/pub``, ``/mpub``, ``/topic/create|empty``: MISSING_ARG_TOPIC / INVALID_TOPIC."""
-        name = _first(query, "topic")
+        name = first_value(query, "topic")
         if name is None:
             raise HttpError(400, "MISSING_ARG_TOPIC")
         if not is_valid_name(name):
@@ -422,12 +385,12 @@ class HttpApi:
     def _topic_and_channel_args(self, request: web.Request) -> tuple["Topic", str]:
         """Channel endpoints: upstream's ``GetTopicChannelArgs`` then an existing topic."""
         query = _query(request)
-        topic_name = _first(query, "topic")
+        topic_name = first_value(query, "topic")
         if topic_name is None:
             raise HttpError(400, "MISSING_ARG_TOPIC")
         if not is_valid_name(topic_name):
             raise HttpError(400, "INVALID_ARG_TOPIC")
-        channel_name = _first(query, "channel")
+        channel_name = first_value(query, "channel")
         if channel_name is None:
             raise HttpError(400, "MISSING_ARG_CHANNEL")
         if not is_valid_name(channel_name):
@@ -506,7 +469,7 @@ class HttpApi:
         query = _query(request)
         topic = self.nsqd.get_topic(self._topic_arg(query))  # created even if defer is bad
         delay_ms = 0
-        raw_defer = _first(query, "defer")
+        raw_defer = first_value(query, "defer")
         if raw_defer is not None:
             try:
                 delay_ms = _go_parse_int(raw_defer)
@@ -528,7 +491,7 @@ class HttpApi:
         query = _query(request)
         topic = self.nsqd.get_topic(self._topic_arg(query))
         binary = False
-        raw_binary = _first(query, "binary")
+        raw_binary = first_value(query, "binary")
         if raw_binary is not None:
             binary = _BOOL_PARAMS.get(raw_binary, True)
             if raw_binary not in _BOOL_PARAMS:
@@ -550,7 +513,7 @@ class HttpApi:
         return _empty()
 
     async def topic_delete(self, request: web.Request, _: str) -> web.Response:
-        name = _first(_query(request), "topic")
+        name = first_value(_query(request), "topic")
         if name is None:
             raise HttpError(400, "MISSING_ARG_TOPIC")
         if not self.nsqd.delete_topic(name):
@@ -567,7 +530,7 @@ class HttpApi:
         return _empty()
 
     async def topic_pause(self, request: web.Request, _: str) -> web.Response:
-        name = _first(_query(request), "topic")
+        name = first_value(_query(request), "topic")
         if name is None:
             raise HttpError(400, "MISSING_ARG_TOPIC")
         topic = self._existing_topic(name)
@@ -610,16 +573,16 @@ class HttpApi:
         return _empty()
 
     async def replication_adopt(self, request: web.Request, _: str) -> web.Response:
-        status, doc = adopt_request(self.nsqd, _first(_query(request), "origin"))
+        status, doc = adopt_request(self.nsqd, first_value(_query(request), "origin"))
         return _json(doc, status)
 
     async def stats(self, request: web.Request, _: str) -> web.Response:
         query = _query(request)
-        as_json = _first(query, "format") == "json"
-        include_clients = _BOOL_PARAMS.get(_first(query, "include_clients") or "", True)
-        include_mem = _BOOL_PARAMS.get(_first(query, "include_mem") or "", True)
-        topics, producers = nsq_stats.collect(self.nsqd, _first(query, "topic") or "",
-                                              _first(query, "channel") or "", include_clients)
+        as_json = first_value(query, "format") == "json"
+        include_clients = _BOOL_PARAMS.get(first_value(query, "include_clients") or "", True)
+        include_mem = _BOOL_PARAMS.get(first_value(query, "include_mem") or "", True)
+        topics, producers = nsq_stats.collect(self.nsqd, first_value(query, "topic") or "",
+                                              first_value(query, "channel") or "", include_clients)
         memory = nsq_stats.memory_stats() if include_mem else None
         if as_json:
             return _json(nsq_stats.stats_document(self.nsqd, topics, producers, memory))
@@ -695,7 +658,7 @@ class HttpApi:
         Upstream's handler returns no data through its plain-text decorator, which panics on
         that, so a valid rate is answered 500 INTERNAL_ERROR; we answer the same.
         """
-        raw = _first(_query(request), "rate") or ""
+        raw = first_value(_query(request), "rate") or ""
         try:
             _go_parse_int(raw)
         except ValueError as err:

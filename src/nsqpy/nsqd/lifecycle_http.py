@@ -18,8 +18,9 @@ import orjson
 from aiohttp import web
 
 from . import entity_config as ec
+from ..common.goweb import first_value
 from .drain import start_drain
-from .http import HttpError, Route, _empty, _first, _json, _query, _read_bounded
+from .http import HttpError, Route, _empty, _json, _query, _read_bounded
 from .peek import MAX_PEEK, STATES, peek_channel, peek_topic
 
 if TYPE_CHECKING:
@@ -44,13 +45,13 @@ async def _read_update(request: web.Request) -> dict:
 
 def _peek_args(request: web.Request) -> tuple[int, str | None]:
     query = _query(request)
-    raw_n = _first(query, "n")
+    raw_n = first_value(query, "n")
     n = 10
     if raw_n is not None:
         if not raw_n.isdigit() or not 1 <= int(raw_n) <= MAX_PEEK:
             raise HttpError(400, "INVALID_ARG_N")
         n = int(raw_n)
-    state = _first(query, "state")
+    state = first_value(query, "state")
     if state is not None and state not in STATES:
         raise HttpError(400, "INVALID_ARG_STATE")
     return n, state

@@ -38,7 +38,7 @@ from ..protocol.names import is_valid_name
 from .client import (
     STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, check_identify_types, go_identify_text,
 )
-from .stats import go_json
+from ..common.goweb import go_json
 from .tls import TLS_REQUIRED_FALSE
 
 if TYPE_CHECKING:

@@ -20,7 +20,6 @@ from collections import deque
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable
 
-import orjson
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.flags import format_duration
@@ -254,19 +253,6 @@ def memory_stats() -> dict:
 
 
 # --- output ------------------------------------------------------------------------------------
-
-_GO_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"),
-               ("\u2028".encode(), b"\\u2028"), ("\u2029".encode(), b"\\u2029"))
-
-
-def go_json(value: Any) -> bytes:
-    """JSON as Go's ``encoding/json`` writes it: compact, HTML characters escaped."""
-    out = orjson.dumps(value)
-    for raw, esc in _GO_ESCAPES:
-        if raw in out:
-            out = out.replace(raw, esc)
-    return out
-
 
 def stats_document(nsqd: "NSQD", topics: list[dict] | None, producers: list[dict] | None,
                    memory: dict | None) -> dict:

@@ -1,0 +1,69 @@
+"""What Go's standard library does at the HTTP edge, for the three daemons alike.
+
+Upstream's HTTP APIs parse queries with ``url.ParseQuery`` and answer with ``encoding/json``;
+clients and scripts see both in error cases and byte-for-byte bodies, so one copy serves nsqd,
+nsqlookupd and nsqadmin.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import orjson
+
+_GO_HTML_ESCAPES = re.compile(rb"[<>&]|\xe2\x80[\xa8\xa9]")
+_GO_ESCAPE_MAP = {b"<": b"\\u003c", b">": b"\\u003e", b"&": b"\\u0026",
+                  b"\xe2\x80\xa8": b"\\u2028", b"\xe2\x80\xa9": b"\\u2029"}
+
+
+def go_json(value: Any, sort_keys: bool = False) -> bytes:
+    """JSON as Go's ``encoding/json`` writes it: compact, ``<``, ``>``, ``&``, U+2028 and U+2029
+    escaped, map keys sorted when ``sort_keys`` (Go sorts maps; structs keep field order).
+    Those characters can only occur inside strings, so escaping the encoded bytes is exact."""
+    out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+    if _GO_HTML_ESCAPES.search(out):
+        out = _GO_HTML_ESCAPES.sub(lambda m: _GO_ESCAPE_MAP[m.group()], out)
+    return out
+
+
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _unescape(text: str) -> str:
+    if _BAD_ESCAPE.search(text):
+        raise ValueError(f"invalid URL escape in {text!r}")
+    # Go keeps invalid UTF-8 as bytes; such names fail validation anyway, and replacing them
+    # keeps every later JSON answer encodable
+    return unquote_to_bytes(text.replace("+", " ")).decode("utf-8", "replace")
+
+
+def parse_query(raw: str) -> dict[str, list[str]]:
+    """Go's ``url.ParseQuery``: ValueError on a bad %-escape or a ``;`` separator. Go keeps
+    parsing after an error, but upstream's handlers reject the request on any, so the first
+    one is raised (after the whole query was read, as Go does)."""
+    values: dict[str, list[str]] = {}
+    error: ValueError | None = None
+    for part in raw.split("&"):
+        if ";" in part:
+            error = error or ValueError("invalid semicolon separator in query")
+            continue
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        try:
+            key, value = _unescape(key), _unescape(value)
+        except ValueError as err:
+            error = error or err
+            continue
+        values.setdefault(key, []).append(value)
+    if error is not None:
+        raise error
+    return values
+
+
+def first_value(query: dict[str, list[str]], key: str) -> str | None:
+    """``url.Values.Get``: the first value of ``key``, None when absent."""
+    values = query.get(key)
+    return values[0] if values else None
