@@ -15,8 +15,8 @@ import pytest
 from helpers.servers import VENV_BIN, free_port, unique_name
 from helpers.wire import Wire
 from nsqpy.common.router import clean_path
-from nsqpy.common.goweb import parse_query
-from nsqpy.nsqd.http import HttpError, Route, Router, _split_text_mpub
+from nsqpy.common.goweb import ApiError, parse_query
+from nsqpy.nsqd.http import Route, Router, _split_text_mpub
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -127,13 +127,13 @@ def test_split_text_mpub_matches_upstream_line_loop():
     assert _split_text_mpub(b"a\n\nb\nc", 100, 10) == [b"a", b"b", b"c"]
     assert _split_text_mpub(b"a\r\n", 100, 10) == [b"a\r"]
     assert _split_text_mpub(b"", 100, 10) == []
-    with pytest.raises(HttpError) as e:
+    with pytest.raises(ApiError) as e:
         _split_text_mpub(b"x" * 11 + b"\n", 100, 10)
     assert (e.value.status, e.value.message) == (413, "MSG_TOO_BIG")
-    with pytest.raises(HttpError) as e:  # data holds max_body + 1 bytes: the body was too big
+    with pytest.raises(ApiError) as e:  # data holds max_body + 1 bytes: the body was too big
         _split_text_mpub(b"ab\n" * 3 + b"a", 9, 10)
     assert e.value.message == "BODY_TOO_BIG"
-    with pytest.raises(HttpError) as e:  # an earlier long line wins over the body size
+    with pytest.raises(ApiError) as e:  # an earlier long line wins over the body size
         _split_text_mpub(b"x" * 20 + b"\n" + b"y" * 10, 30, 10)
     assert e.value.message == "MSG_TOO_BIG"
 

@@ -16,6 +16,8 @@ from urllib.parse import urlencode, urlsplit
 import aiohttp
 from aiohttp import web
 
+from ..common.goweb import ApiError
+
 if TYPE_CHECKING:
     from .http import HTTPServer
 
@@ -53,13 +55,13 @@ class Graphite:
         self.server = server
 
     async def rate(self, request: web.Request, _: dict[str, str]) -> web.Response:
-        from .http import HTTPError, v1_response
+        from .http import v1_response
 
         query = request.query
         if query.get("metric") != "rate":
-            raise HTTPError(400, "INVALID_ARG_METRIC")
+            raise ApiError(400, "INVALID_ARG_METRIC")
         if "target" not in query:
-            raise HTTPError(400, "INVALID_ARG_TARGET")
+            raise ApiError(400, "INVALID_ARG_TARGET")
         opts = self.server.opts
         interval_s = int(opts.statsd_interval)
         url = opts.graphite_url + "/render?" + render_query(query["target"], interval_s)
@@ -70,7 +72,7 @@ class Graphite:
             rate = rate_from_render(doc, max(interval_s, 1))
         except (RuntimeError, ValueError) as err:
             logger.error("graphite request failed - %s", err)
-            raise HTTPError(500, "INTERNAL_ERROR") from None
+            raise ApiError(500, "INTERNAL_ERROR") from None
         return v1_response({"rate": rate})
 
     async def render(self, request: web.Request, _: dict[str, str]) -> web.StreamResponse:

@@ -31,7 +31,7 @@ from .. import NSQ_COMPAT_VERSION
 from ..common.flags import format_duration
 from ..common.router import Router, unrouted_response
 from ..common.log import parse_level, set_level
-from ..common.goweb import go_json
+from ..common.goweb import ApiError, go_json
 from ..protocol.names import is_valid_name
 from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
 from .graphite import Graphite
@@ -46,13 +46,6 @@ if TYPE_CHECKING:
 STATIC_DIR = Path(__file__).parent / "static"
 V1_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 ACTIONS = ("pause", "unpause", "empty")
-
-
-class HTTPError(Exception):
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(text)
-        self.code = code
-        self.text = text
 
 
 def warn_message(messages: list[str]) -> str:
@@ -199,8 +192,8 @@ class HTTPServer:
             handler, params = hit
             try:
                 response = await handler(request, params)
-            except HTTPError as err:
-                response = v1_error(err.code, err.text)
+            except ApiError as err:
+                response = v1_error(err.status, err.message)
             except Exception as err:  # upstream's panic handler
                 self.logger.exception("panic in HTTP handler - %s", err)
                 response = v1_error(500, "INTERNAL_ERROR")
@@ -224,11 +217,11 @@ class HTTPServer:
 
     def require_admin(self, request: web.Request) -> None:
         if not self.is_admin(request):
-            raise HTTPError(403, "FORBIDDEN")
+            raise ApiError(403, "FORBIDDEN")
 
-    def upstream_failed(self, what: str, err: UpstreamError) -> HTTPError:
+    def upstream_failed(self, what: str, err: UpstreamError) -> ApiError:
         self.logger.error("failed to %s - %s", what, err)
-        return HTTPError(502, f"UPSTREAM_ERROR: {err}")
+        return ApiError(502, f"UPSTREAM_ERROR: {err}")
 
     def partial(self, messages: list[str], errors: list[str]) -> None:
         if errors:
@@ -264,7 +257,7 @@ class HTTPServer:
     async def index(self, request: web.Request, _: dict[str, str]) -> web.Response:
         page = self._read_asset("index.html")
         if page is None:
-            raise HTTPError(500, "INTERNAL_ERROR")
+            raise ApiError(500, "INTERNAL_ERROR")
         base = self.opts.base_path
         config = {
             "version": NSQ_COMPAT_VERSION,
@@ -303,7 +296,7 @@ class HTTPServer:
         name = params["asset"]
         data = self._read_asset(name)
         if data is None:
-            raise HTTPError(404, "NOT_FOUND")
+            raise ApiError(404, "NOT_FOUND")
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if ctype.startswith("text/") or ctype in ("application/javascript", "text/javascript"):
             ctype += "; charset=utf-8"
@@ -409,12 +402,12 @@ class HTTPServer:
         producers = await self._producers(messages, "get producers")
         producer = next((p for p in producers if p.http_address == node), None)
         if producer is None:
-            raise HTTPError(404, "NODE_NOT_FOUND")
+            raise ApiError(404, "NODE_NOT_FOUND")
         try:
             stats = await self.ci.nsqd_stats([producer], "", "", include_clients=True)
         except UpstreamError as err:
             self.logger.error("failed to get nsqd stats - %s", err)
-            raise HTTPError(502, f"UPSTREAM_ERROR: {err}") from None
+            raise ApiError(502, f"UPSTREAM_ERROR: {err}") from None
         topics = stats.value[0]
         total_clients = sum(len(cs.clients or ()) for ts in topics for cs in ts.channels or ())
         total_messages = sum(ts.counts["message_count"] for ts in topics)
@@ -448,7 +441,7 @@ class HTTPServer:
         try:
             return decode_body(await request.read(), fields)
         except ValueError as err:
-            raise HTTPError(400, str(err)) from None
+            raise ApiError(400, str(err)) from None
 
     def _done(self, messages: list[str], errors: list[str]) -> web.Response:
         self.partial(messages, errors)
@@ -459,9 +452,9 @@ class HTTPServer:
         body = await self._body(request, ("topic", "channel"))
         topic, channel = body["topic"], body["channel"]
         if not is_valid_name(topic):
-            raise HTTPError(400, "INVALID_TOPIC")
+            raise ApiError(400, "INVALID_TOPIC")
         if channel and not is_valid_name(channel):
-            raise HTTPError(400, "INVALID_CHANNEL")
+            raise ApiError(400, "INVALID_CHANNEL")
         try:
             errors = await self.ci.create_topic_channel(topic, channel,
                                                         self.opts.lookupd_http_address)
@@ -482,7 +475,7 @@ class HTTPServer:
         self.require_admin(request)
         action = (await self._body(request, ("action",)))["action"]
         if action not in ACTIONS:
-            raise HTTPError(400, "INVALID_ACTION")
+            raise ApiError(400, "INVALID_ACTION")
         try:
             errors = await self.ci.topic_channel_action(
                 topic, channel, action, self.opts.lookupd_http_address,
@@ -491,7 +484,7 @@ class HTTPServer:
             self.notify(f"{action}_{'channel' if channel else 'topic'}", topic, channel, "",
                         request)
             self.logger.error("failed to %s topic/channel - %s", action, err)
-            raise HTTPError(502, f"UPSTREAM_ERROR: {err}") from None
+            raise ApiError(502, f"UPSTREAM_ERROR: {err}") from None
         # upstream notifies once the action was attempted, whatever its outcome
         self.notify(f"{action}_{'channel' if channel else 'topic'}", topic, channel, "", request)
         return self._done([], errors)
@@ -524,9 +517,9 @@ class HTTPServer:
         try:
             topic = decode_body(await request.read(), ("topic",))["topic"]
         except ValueError:
-            raise HTTPError(400, "INVALID_BODY") from None
+            raise ApiError(400, "INVALID_BODY") from None
         if not is_valid_name(topic):
-            raise HTTPError(400, "INVALID_TOPIC")
+            raise ApiError(400, "INVALID_TOPIC")
         try:
             errors = await self.ci.tombstone_node_for_topic(topic, node,
                                                             self.opts.lookupd_http_address)
@@ -548,11 +541,11 @@ class HTTPServer:
             ip = None
         if ip is None:
             self.logger.error("failed to parse RemoteAddr %s", remote_addr(request))
-            raise HTTPError(400, "INVALID_REMOTE_ADDR")
+            raise ApiError(400, "INVALID_REMOTE_ADDR")
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped
         if ip not in ipaddress.ip_network(cidr, strict=False):
-            raise HTTPError(403, "FORBIDDEN")
+            raise ApiError(403, "FORBIDDEN")
 
     async def config(self, request: web.Request, params: dict[str, str]) -> web.Response:
         opt = params["opt"]
@@ -567,29 +560,29 @@ class HTTPServer:
                     break
                 body += chunk
             if len(body) == read_max or not body:
-                raise HTTPError(413, "INVALID_VALUE")
+                raise ApiError(413, "INVALID_VALUE")
             if opt == "nsqlookupd_http_addresses":
                 try:
                     addrs = orjson.loads(body)
                 except orjson.JSONDecodeError:
-                    raise HTTPError(400, "INVALID_VALUE") from None
+                    raise ApiError(400, "INVALID_VALUE") from None
                 if addrs is None:
                     addrs = []
                 if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
-                    raise HTTPError(400, "INVALID_VALUE")
+                    raise ApiError(400, "INVALID_VALUE")
                 opts.lookupd_http_address = addrs
             elif opt == "log_level":
                 try:
                     level = parse_level(body.decode("utf-8", "replace"))
                 except ValueError:
-                    raise HTTPError(400, "INVALID_VALUE") from None
+                    raise ApiError(400, "INVALID_VALUE") from None
                 opts.log_level = level
                 set_level(self.logger, level)
             else:
-                raise HTTPError(400, "INVALID_OPTION")
+                raise ApiError(400, "INVALID_OPTION")
         flag = config_flags().get(opt)
         if flag is None:
-            raise HTTPError(400, "INVALID_OPTION")
+            raise ApiError(400, "INVALID_OPTION")
         value = config_value(opts, flag)
         if isinstance(value, str):
             # upstream's RespondV1 writes a string as is; Go sniffs text/plain unless empty

@@ -19,6 +19,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterable
 
+from ..common.goweb import ApiError
+
 if TYPE_CHECKING:
     from .clusterinfo import ClusterInfo, TopicStats
     from .main import NSQAdmin
@@ -180,14 +182,14 @@ class LiveSampler:
 
 async def live_api(server: Any, request: Any, _: dict[str, str]) -> Any:
     """``GET /api/live[?topic=&channel=&node=&points=]``: ``{"interval", "series", "message"}``."""
-    from .http import HTTPError, v1_response
+    from .http import v1_response
 
     sampler: LiveSampler = server.admin.live
     q = request.query
     try:
         last = int(q.get("points", "0"))
     except ValueError:
-        raise HTTPError(400, "INVALID_ARG_POINTS") from None
+        raise ApiError(400, "INVALID_ARG_POINTS") from None
     series = sampler.history.query(q.get("topic", ""), q.get("channel"), q.get("node", ""), last)
     message = f"WARNING: {sampler.last_error}" if sampler.last_error else ""
     return v1_response({"interval": sampler.interval, "series": series, "message": message})

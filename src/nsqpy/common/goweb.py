@@ -13,6 +13,8 @@ from urllib.parse import unquote_to_bytes
 
 import orjson
 
+from ..protocol.names import is_valid_name
+
 _GO_HTML_ESCAPES = re.compile(rb"[<>&]|\xe2\x80[\xa8\xa9]")
 _GO_ESCAPE_MAP = {b"<": b"\\u003c", b">": b"\\u003e", b"&": b"\\u0026",
                   b"\xe2\x80\xa8": b"\\u2028", b"\xe2\x80\xa9": b"\\u2029"}
@@ -67,3 +69,27 @@ def first_value(query: dict[str, list[str]], key: str) -> str | None:
     """``url.Values.Get``: the first value of ``key``, None when absent."""
     values = query.get(key)
     return values[0] if values else None
+
+
+class ApiError(Exception):
+    """An HTTP API error: the status and the text of upstream's ``{"message": ...}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def topic_channel_args(query: dict[str, list[str]]) -> tuple[str, str]:
+    """Upstream's ``http_api.GetTopicChannelArgs``: both names present and valid."""
+    topic = first_value(query, "topic")
+    if topic is None:
+        raise ApiError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_name(topic):
+        raise ApiError(400, "INVALID_ARG_TOPIC")
+    channel = first_value(query, "channel")
+    if channel is None:
+        raise ApiError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_name(channel):
+        raise ApiError(400, "INVALID_ARG_CHANNEL")
+    return topic, channel

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.addr import join_host_port
-from ..common.goweb import first_value, go_json, parse_query
+from ..common.goweb import ApiError, first_value, go_json, parse_query, topic_channel_args
 from ..common.router import Router, unrouted_response
 from ..common.flags import format_duration
 from ..protocol.names import is_valid_name
@@ -33,15 +33,6 @@ V1_VALUE = "nsq; version=1.0"
 JSON_TYPE = "application/json; charset=utf-8"
 
 
-class HTTPError(Exception):
-    """An API error: status code and the text of ``{"message": ...}``."""
-
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(text)
-        self.code = code
-        self.text = text
-
-
 def peer_json(peer: PeerInfo) -> bytes:
     """A producer's ``PeerInfo`` JSON, encoded once per peer."""
     data = peer.json
@@ -54,22 +45,7 @@ def _params(request: web.Request) -> dict[str, list[str]]:
     try:
         return parse_query(request.rel_url.raw_query_string)
     except ValueError:
-        raise HTTPError(400, "INVALID_REQUEST") from None
-
-
-def _topic_channel_args(params: dict[str, list[str]]) -> tuple[str, str]:
-    """Upstream's ``http_api.GetTopicChannelArgs``."""
-    topic = first_value(params, "topic")
-    if topic is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(topic):
-        raise HTTPError(400, "INVALID_ARG_TOPIC")
-    channel = first_value(params, "channel")
-    if channel is None:
-        raise HTTPError(400, "MISSING_ARG_CHANNEL")
-    if not is_valid_name(channel):
-        raise HTTPError(400, "INVALID_ARG_CHANNEL")
-    return topic, channel
+        raise ApiError(400, "INVALID_REQUEST") from None
 
 
 # --- the server ---------------------------------------------------------------------------------
@@ -129,8 +105,8 @@ class HTTPServer:
         handler, kind = entry
         try:
             data = handler(request)
-        except HTTPError as err:
-            return v1_error(err.code, err.text)
+        except ApiError as err:
+            return v1_error(err.status, err.message)
         except Exception as err:  # upstream's PanicHandler
             self.logger.error("panic in HTTP handler - %s", err)
             return v1_error(500, "INTERNAL_ERROR")
@@ -140,7 +116,7 @@ class HTTPServer:
             return web.Response(headers={V1_HEADER: V1_VALUE})
         return web.Response(body=data, headers={V1_HEADER: V1_VALUE, "Content-Type": JSON_TYPE})
 
-    # --- handlers: return bytes (JSON) / None (empty 200) or raise HTTPError -------------------
+    # --- handlers: return bytes (JSON) / None (empty 200) or raise ApiError -------------------
 
     def ping(self, request: web.Request) -> bytes:
         return b"OK"
@@ -155,17 +131,17 @@ class HTTPServer:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
+            raise ApiError(400, "MISSING_ARG_TOPIC")
         return go_json({"channels": subkeys(self.db.find_registrations("channel", topic, "*"))})
 
     def lookup(self, request: web.Request) -> bytes:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
+            raise ApiError(400, "MISSING_ARG_TOPIC")
         db = self.db
         if not db.find_registrations("topic", topic, ""):
-            raise HTTPError(404, "TOPIC_NOT_FOUND")
+            raise ApiError(404, "TOPIC_NOT_FOUND")
         lookupd = self.lookupd
         channels = subkeys(db.find_registrations("channel", topic, "*"))
         producers = filter_active(db.find_producers("topic", topic, ""),
@@ -221,9 +197,9 @@ class HTTPServer:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
+            raise ApiError(400, "MISSING_ARG_TOPIC")
         if not is_valid_name(topic):
-            raise HTTPError(400, "INVALID_ARG_TOPIC")
+            raise ApiError(400, "INVALID_ARG_TOPIC")
         self.logger.info("DB: adding topic(%s)", topic)
         self.db.add_registration(("topic", topic, ""))
 
@@ -231,7 +207,7 @@ class HTTPServer:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
+            raise ApiError(400, "MISSING_ARG_TOPIC")
         db = self.db
         for reg in db.find_registrations("channel", topic, "*"):
             self.logger.info("DB: removing channel(%s) from topic(%s)", reg[2], topic)
@@ -244,10 +220,10 @@ class HTTPServer:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
+            raise ApiError(400, "MISSING_ARG_TOPIC")
         node = first_value(params, "node")
         if node is None:
-            raise HTTPError(400, "MISSING_ARG_NODE")
+            raise ApiError(400, "MISSING_ARG_NODE")
         self.logger.info("DB: setting tombstone for producer@%s of topic(%s)", node, topic)
         now = time.time_ns()
         for p in self.db.find_producers("topic", topic, ""):
@@ -258,17 +234,17 @@ class HTTPServer:
                 p.tombstone(now)
 
     def create_channel(self, request: web.Request) -> None:
-        topic, channel = _topic_channel_args(_params(request))
+        topic, channel = topic_channel_args(_params(request))
         self.logger.info("DB: adding channel(%s) in topic(%s)", channel, topic)
         self.db.add_registration(("channel", topic, channel))
         self.logger.info("DB: adding topic(%s)", topic)
         self.db.add_registration(("topic", topic, ""))
 
     def delete_channel(self, request: web.Request) -> None:
-        topic, channel = _topic_channel_args(_params(request))
+        topic, channel = topic_channel_args(_params(request))
         regs = self.db.find_registrations("channel", topic, channel)
         if not regs:
-            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+            raise ApiError(404, "CHANNEL_NOT_FOUND")
         self.logger.info("DB: removing channel(%s) from topic(%s)", channel, topic)
         for reg in regs:
             self.db.remove_registration(reg)

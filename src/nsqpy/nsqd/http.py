@@ -46,7 +46,7 @@ from ..common import router as common_router
 from ..common.addr import is_unix_socket, listen_socket, sock_address
 from ..common.router import unrouted_response
 from ..common.flags import format_duration
-from ..common.goweb import first_value, go_json, parse_query
+from ..common.goweb import ApiError, first_value, go_json, parse_query, topic_channel_args
 from ..common.log import NSQ_LEVEL_NUMBERS, set_level
 from ..protocol.commands import go_quote
 from ..protocol.names import is_valid_name
@@ -72,15 +72,6 @@ _PUT_FAILED = (503, "EXITING")
 _READ_CHUNK = 1 << 16
 # request storage: "log this request" (typed keys exist from aiohttp 3.14 and warn without them)
 _LOG = web.RequestKey("nsq_log", bool) if hasattr(web, "RequestKey") else "nsq_log"
-
-
-class HttpError(Exception):
-    """An API error: HTTP status plus the ``message`` text upstream uses."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class _ServerLog(logging.Handler):
@@ -137,7 +128,7 @@ def _query(request: web.Request) -> dict[str, list[str]]:
     try:
         return parse_query(request.rel_url.raw_query_string)
     except ValueError:
-        raise HttpError(400, "INVALID_REQUEST") from None
+        raise ApiError(400, "INVALID_REQUEST") from None
 
 
 async def _read_bounded(request: web.Request, limit: int) -> bytes:
@@ -170,13 +161,13 @@ def _split_text_mpub(data: bytes, max_body: int, max_msg: int) -> list[bytes]:
         stop = end if nl < 0 else nl + 1
         total += stop - pos
         if total == read_max:
-            raise HttpError(413, "BODY_TOO_BIG")
+            raise ApiError(413, "BODY_TOO_BIG")
         line = data[pos:nl] if nl >= 0 else data[pos:end]
         pos = stop
         if not line:
             continue
         if len(line) > max_msg:
-            raise HttpError(413, "MSG_TOO_BIG")
+            raise ApiError(413, "MSG_TOO_BIG")
         out.append(line)
     return out
 
@@ -211,19 +202,19 @@ async def _read_binary_mpub(request: web.Request, max_msg: int, max_body: int) -
         return value
 
     if not await have(4):
-        raise HttpError(413, "BAD_BODY")  # MPUB failed to read message count
+        raise ApiError(413, "BAD_BODY")  # MPUB failed to read message count
     count = i32()
     if count <= 0 or count > (max_body - 4) // 5:
-        raise HttpError(413, "BAD_BODY")  # MPUB invalid message count
+        raise ApiError(413, "BAD_BODY")  # MPUB invalid message count
     out: list[bytes] = []
     for _ in range(count):
         if not await have(4):
-            raise HttpError(413, "BAD_MESSAGE")  # failed to read message(i) body size
+            raise ApiError(413, "BAD_MESSAGE")  # failed to read message(i) body size
         size = i32()
         if size <= 0 or size > max_msg:
-            raise HttpError(413, "BAD_MESSAGE")  # invalid message(i) body size / too big
+            raise ApiError(413, "BAD_MESSAGE")  # invalid message(i) body size / too big
         if not await have(size):
-            raise HttpError(413, "BAD_MESSAGE")  # failed to read message body
+            raise ApiError(413, "BAD_MESSAGE")  # failed to read message body
         out.append(bytes(buf[pos:pos + size]))
         pos += size
     return out
@@ -323,7 +314,7 @@ class HttpApi:
         start = time.perf_counter()
         try:
             response = await handler(request)
-        except HttpError as err:
+        except ApiError as err:
             response = _error(err.status, err.message)
         except ConnectionError:
             # the client went away while its body was read: upstream's handlers answer a read
@@ -371,37 +362,27 @@ class HttpApi:
         """``/pub``, ``/mpub``, ``/topic/create|empty``: MISSING_ARG_TOPIC / INVALID_TOPIC."""
         name = first_value(query, "topic")
         if name is None:
-            raise HttpError(400, "MISSING_ARG_TOPIC")
+            raise ApiError(400, "MISSING_ARG_TOPIC")
         if not is_valid_name(name):
-            raise HttpError(400, "INVALID_TOPIC")
+            raise ApiError(400, "INVALID_TOPIC")
         return name
 
     def _existing_topic(self, name: str) -> "Topic":
         topic = self.nsqd.topics.get(name)
         if topic is None:
-            raise HttpError(404, "TOPIC_NOT_FOUND")
+            raise ApiError(404, "TOPIC_NOT_FOUND")
         return topic
 
     def _topic_and_channel_args(self, request: web.Request) -> tuple["Topic", str]:
         """Channel endpoints: upstream's ``GetTopicChannelArgs`` then an existing topic."""
-        query = _query(request)
-        topic_name = first_value(query, "topic")
-        if topic_name is None:
-            raise HttpError(400, "MISSING_ARG_TOPIC")
-        if not is_valid_name(topic_name):
-            raise HttpError(400, "INVALID_ARG_TOPIC")
-        channel_name = first_value(query, "channel")
-        if channel_name is None:
-            raise HttpError(400, "MISSING_ARG_CHANNEL")
-        if not is_valid_name(channel_name):
-            raise HttpError(400, "INVALID_ARG_CHANNEL")
+        topic_name, channel_name = topic_channel_args(_query(request))
         return self._existing_topic(topic_name), channel_name
 
     @staticmethod
     def _existing_channel(topic: "Topic", name: str) -> "Channel":
         channel = topic.channels.get(name)
         if channel is None:
-            raise HttpError(404, "CHANNEL_NOT_FOUND")
+            raise ApiError(404, "CHANNEL_NOT_FOUND")
         return channel
 
     def _persist_metadata(self) -> None:
@@ -443,29 +424,29 @@ class HttpApi:
 
     def _put(self, topic: "Topic", msgs: list[tuple], nbytes: int, delay: float = 0.0) -> None:
         if self.nsqd.exiting or topic.exiting:
-            raise HttpError(503, "EXITING")
+            raise ApiError(503, "EXITING")
         try:
             if delay > 0:
                 topic.put_deferred(msgs[0], delay)
             elif msgs:
                 topic.put_many(msgs, nbytes)
         except (Draining, QueueFull) as err:  # opt-in lifecycle controls (issue #13)
-            raise HttpError(503, err.http_message) from None
+            raise ApiError(503, err.http_message) from None
         except OSError as err:
             self.logger.error("TOPIC(%s): failed to put %d message(s) - %s",
                               topic.name, len(msgs), err)
-            raise HttpError(*_PUT_FAILED) from None
+            raise ApiError(*_PUT_FAILED) from None
 
     async def pub(self, request: web.Request, _: str) -> web.Response:
         # upstream's order: size checks and body first, then the query, then defer
         max_msg = self.nsqd.options.max_msg_size
         if (request.content_length or 0) > max_msg:
-            raise HttpError(413, "MSG_TOO_BIG")
+            raise ApiError(413, "MSG_TOO_BIG")
         body = await _read_bounded(request, max_msg + 1)
         if len(body) > max_msg:
-            raise HttpError(413, "MSG_TOO_BIG")
+            raise ApiError(413, "MSG_TOO_BIG")
         if not body:
-            raise HttpError(400, "MSG_EMPTY")
+            raise ApiError(400, "MSG_EMPTY")
         query = _query(request)
         topic = self.nsqd.get_topic(self._topic_arg(query))  # created even if defer is bad
         delay_ms = 0
@@ -474,9 +455,9 @@ class HttpApi:
             try:
                 delay_ms = _go_parse_int(raw_defer)
             except ValueError:
-                raise HttpError(400, "INVALID_DEFER") from None
+                raise ApiError(400, "INVALID_DEFER") from None
             if delay_ms < 0 or delay_ms > self.nsqd.limits.max_defer_timeout_ms:
-                raise HttpError(400, "INVALID_DEFER")
+                raise ApiError(400, "INVALID_DEFER")
         msg = (self.nsqd.id_factory.next_id(), body, time.time_ns(), 0)
         self._put(topic, [msg], len(body), delay_ms / 1000.0)
         if self.nsqd.replicator is not None:
@@ -487,7 +468,7 @@ class HttpApi:
         opts = self.nsqd.options
         max_msg, max_body = opts.max_msg_size, opts.max_body_size
         if (request.content_length or 0) > max_body:
-            raise HttpError(413, "BODY_TOO_BIG")
+            raise ApiError(413, "BODY_TOO_BIG")
         query = _query(request)
         topic = self.nsqd.get_topic(self._topic_arg(query))
         binary = False
@@ -515,9 +496,9 @@ class HttpApi:
     async def topic_delete(self, request: web.Request, _: str) -> web.Response:
         name = first_value(_query(request), "topic")
         if name is None:
-            raise HttpError(400, "MISSING_ARG_TOPIC")
+            raise ApiError(400, "MISSING_ARG_TOPIC")
         if not self.nsqd.delete_topic(name):
-            raise HttpError(404, "TOPIC_NOT_FOUND")
+            raise ApiError(404, "TOPIC_NOT_FOUND")
         return _empty()
 
     async def topic_empty(self, request: web.Request, _: str) -> web.Response:
@@ -526,13 +507,13 @@ class HttpApi:
             topic.empty()
         except OSError as err:
             self.logger.error("TOPIC(%s): failed to empty - %s", topic.name, err)
-            raise HttpError(500, "INTERNAL_ERROR") from None
+            raise ApiError(500, "INTERNAL_ERROR") from None
         return _empty()
 
     async def topic_pause(self, request: web.Request, _: str) -> web.Response:
         name = first_value(_query(request), "topic")
         if name is None:
-            raise HttpError(400, "MISSING_ARG_TOPIC")
+            raise ApiError(400, "MISSING_ARG_TOPIC")
         topic = self._existing_topic(name)
         if "unpause" in request.path:
             topic.unpause()
@@ -549,7 +530,7 @@ class HttpApi:
     async def channel_delete(self, request: web.Request, _: str) -> web.Response:
         topic, channel_name = self._topic_and_channel_args(request)
         if not topic.delete_channel(channel_name):
-            raise HttpError(404, "CHANNEL_NOT_FOUND")
+            raise ApiError(404, "CHANNEL_NOT_FOUND")
         return _empty()
 
     async def channel_empty(self, request: web.Request, _: str) -> web.Response:
@@ -559,7 +540,7 @@ class HttpApi:
             channel.empty()
         except OSError as err:
             self.logger.error("CHANNEL(%s:%s): failed to empty - %s", topic.name, channel.name, err)
-            raise HttpError(500, "INTERNAL_ERROR") from None
+            raise ApiError(500, "INTERNAL_ERROR") from None
         return _empty()
 
     async def channel_pause(self, request: web.Request, _: str) -> web.Response:
@@ -614,27 +595,27 @@ class HttpApi:
             max_msg = self.nsqd.options.max_msg_size
             body = await _read_bounded(request, max_msg + 1)
             if not body or len(body) > max_msg:
-                raise HttpError(413, "INVALID_VALUE")
+                raise ApiError(413, "INVALID_VALUE")
             if opt == "nsqlookupd_tcp_addresses":
                 await self._set_lookupd_addresses(body)
             elif opt == "log_level":
                 self._set_log_level(body)
             else:
-                raise HttpError(400, "INVALID_OPTION")
+                raise ApiError(400, "INVALID_OPTION")
         found, value = self.config_value(opt)
         if not found:
-            raise HttpError(400, "INVALID_OPTION")
+            raise ApiError(400, "INVALID_OPTION")
         return _json(value)
 
     async def _set_lookupd_addresses(self, body: bytes) -> None:
         try:
             addrs = orjson.loads(body)
         except orjson.JSONDecodeError:
-            raise HttpError(400, "INVALID_VALUE") from None
+            raise ApiError(400, "INVALID_VALUE") from None
         if addrs is None:
             addrs = []  # Go decodes null into a nil slice; we keep an empty list
         if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
-            raise HttpError(400, "INVALID_VALUE")
+            raise ApiError(400, "INVALID_VALUE")
         flag = self.config_flags["nsqlookupd_tcp_addresses"]
         self.nsqd.options.values[flag.attr] = list(addrs)
         setter = getattr(self.nsqd, "set_lookupd_addresses", None)
@@ -646,7 +627,7 @@ class HttpApi:
     def _set_log_level(self, body: bytes) -> None:
         level = body.decode("utf-8", "replace").lower()  # upstream's ParseLogLevel: no trimming
         if level not in NSQ_LEVEL_NUMBERS:
-            raise HttpError(400, "INVALID_VALUE")
+            raise ApiError(400, "INVALID_VALUE")
         self.nsqd.options.values["log_level"] = level
         set_level(self.logger, level)
 

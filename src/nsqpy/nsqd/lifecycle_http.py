@@ -18,9 +18,9 @@ import orjson
 from aiohttp import web
 
 from . import entity_config as ec
-from ..common.goweb import first_value
+from ..common.goweb import ApiError, first_value
 from .drain import start_drain
-from .http import HttpError, Route, _empty, _json, _query, _read_bounded
+from .http import Route, _empty, _json, _query, _read_bounded
 from .peek import MAX_PEEK, STATES, peek_channel, peek_topic
 
 if TYPE_CHECKING:
@@ -32,15 +32,15 @@ MAX_CONFIG_BODY = 1 << 16
 async def _read_update(request: web.Request) -> dict:
     body = await _read_bounded(request, MAX_CONFIG_BODY + 1)
     if len(body) > MAX_CONFIG_BODY:
-        raise HttpError(413, "BODY_TOO_BIG")
+        raise ApiError(413, "BODY_TOO_BIG")
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise HttpError(400, "INVALID_BODY") from None
+        raise ApiError(400, "INVALID_BODY") from None
     try:
         return ec.parse_update(doc)
     except ec.ConfigError as err:
-        raise HttpError(400, err.message) from None
+        raise ApiError(400, err.message) from None
 
 
 def _peek_args(request: web.Request) -> tuple[int, str | None]:
@@ -49,11 +49,11 @@ def _peek_args(request: web.Request) -> tuple[int, str | None]:
     n = 10
     if raw_n is not None:
         if not raw_n.isdigit() or not 1 <= int(raw_n) <= MAX_PEEK:
-            raise HttpError(400, "INVALID_ARG_N")
+            raise ApiError(400, "INVALID_ARG_N")
         n = int(raw_n)
     state = first_value(query, "state")
     if state is not None and state not in STATES:
-        raise HttpError(400, "INVALID_ARG_STATE")
+        raise ApiError(400, "INVALID_ARG_STATE")
     return n, state
 
 
@@ -90,7 +90,7 @@ def lifecycle_routes(api: "HttpApi") -> list[Route]:
 
     async def drain(request: web.Request, _: str) -> web.Response:
         if api.nsqd.exiting:
-            raise HttpError(503, "EXITING")
+            raise ApiError(503, "EXITING")
         start_drain(api.nsqd)
         return _empty()
 
