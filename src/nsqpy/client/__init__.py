@@ -35,7 +35,7 @@ from .errors import (
 )
 from .http import http_mpub, http_pub
 from .lookupd import LookupdPoller
-from .message import Message
+from .message import Message, MessageBatch
 from .options import USER_AGENT, ConnectionOptions
 from .producer import Producer
 from .rdy import RdyBudget
@@ -53,6 +53,7 @@ __all__ = [
     "LookupdPoller",
     "LoopThread",
     "Message",
+    "MessageBatch",
     "NSQConnection",
     "NSQError",
     "NSQErrorResponse",

@@ -49,7 +49,7 @@ from .addr import format_address
 from .backoff import Signal
 from .compression import DeflateCodec, SnappyCodec, StreamCodec
 from .errors import ConnectionClosedError, IdentifyError, NSQError, NSQErrorResponse
-from .message import Message
+from .message import Message, MessageBatch
 from .options import ConnectionOptions
 
 log = logging.getLogger("nsqpy.client")
@@ -126,6 +126,7 @@ class NSQConnection(asyncio.Protocol):
         options: ConnectionOptions | None = None,
         *,
         on_message: MessageCallback | None = None,
+        on_messages: Callable[[MessageBatch], None] | None = None,
         on_close: Callable[[NSQConnection, BaseException | None], None] | None = None,
         on_response: Callable[[NSQConnection, bytes], None] | None = None,
         on_error: Callable[[NSQConnection, NSQErrorResponse], None] | None = None,
@@ -136,6 +137,9 @@ class NSQConnection(asyncio.Protocol):
         self.address = format_address(host, port)
         self.options = options or ConnectionOptions()
         self.on_message = on_message
+        #: when set, messages come as one :class:`MessageBatch` per read instead of
+        #: ``on_message`` per message
+        self.on_messages = on_messages
         self.on_close = on_close
         self.on_response = on_response
         self.on_error = on_error
@@ -346,6 +350,24 @@ class NSQConnection(asyncio.Protocol):
         if not self._closed.done():
             self.send(b"TOUCH %s\n" % msg.id)
 
+    def finish_ids(self, ids: list[bytes]) -> None:
+        """FIN many messages of a :class:`MessageBatch` in one write."""
+        self.in_flight -= len(ids)
+        if ids and not self._closed.done():
+            self.send(b"FIN " + b"\nFIN ".join(ids) + b"\n")
+
+    def requeue_ids(self, ids: list[bytes], delay_ms: int = 0) -> None:
+        """REQ many messages of a :class:`MessageBatch` (no consumer backoff)."""
+        self.in_flight -= len(ids)
+        if ids and not self._closed.done():
+            tail = b" %d\n" % delay_ms
+            self.send(b"REQ " + (tail + b"REQ ").join(ids) + tail)
+
+    def touch_ids(self, ids: list[bytes]) -> None:
+        """TOUCH many messages of a :class:`MessageBatch` in one write."""
+        if ids and not self._closed.done():
+            self.send(b"TOUCH " + b"\nTOUCH ".join(ids) + b"\n")
+
     def nop(self) -> None:
         self.send(NOP)
 
@@ -460,6 +482,7 @@ class NSQConnection(asyncio.Protocol):
         pos = 0
         max_size = self.options.max_frame_size
         on_message = self.on_message
+        batch = None if self.on_messages is None else MessageBatch(self)
         while end - pos >= 8:
             size, frame_type = _unpack_header(data, pos)
             if size < 4 or (max_size and size > max_size):
@@ -473,6 +496,13 @@ class NSQConnection(asyncio.Protocol):
                     self._protocol_failure(NSQError(f"{self.address}: short message frame"))
                     return
                 timestamp, attempts = _unpack_msg(data, pos + 8)
+                if batch is not None:
+                    batch.ids.append(bytes(data[pos + 18 : pos + 34]))
+                    batch.bodies.append(bytes(data[pos + 34 : stop]))
+                    batch.timestamps.append(timestamp)
+                    batch.attempts.append(attempts)
+                    pos = stop
+                    continue
                 msg = Message(
                     bytes(data[pos + 18 : pos + 34]), bytes(data[pos + 34 : stop]),
                     timestamp, attempts, self,
@@ -505,6 +535,12 @@ class NSQConnection(asyncio.Protocol):
                 return
             if self._closed.done():
                 return
+        if batch:
+            self.in_flight += len(batch.ids)
+            try:
+                self.on_messages(batch)  # type: ignore[misc]
+            except Exception:
+                log.exception("%s: on_messages callback failed", self.address)
         if data is buf:
             if pos:
                 del buf[:pos]

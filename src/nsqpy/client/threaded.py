@@ -20,7 +20,7 @@ import threading
 from typing import Any, Callable, Coroutine, TypeVar
 
 from .connection import NSQConnection
-from .message import Message
+from .message import Message, MessageBatch
 from .options import ConnectionOptions
 
 T = TypeVar("T")
@@ -75,12 +75,15 @@ async def subscribe(
     topic: str,
     channel: str,
     *,
-    on_message: Callable[[Message], None],
+    on_message: Callable[[Message], None] | None = None,
+    on_messages: Callable[[MessageBatch], None] | None = None,
     on_close: Callable[[NSQConnection, BaseException | None], None] | None = None,
     options: ConnectionOptions | None = None,
 ) -> NSQConnection:
-    """Connect, IDENTIFY and SUB; the connection starts at RDY 0 (nothing arrives yet)."""
-    conn = NSQConnection(host, port, options, on_message=on_message, on_close=on_close)
+    """Connect, IDENTIFY and SUB; the connection starts at RDY 0 (nothing arrives yet).
+    Messages come one by one to ``on_message`` or one read's worth at a time to ``on_messages``."""
+    conn = NSQConnection(host, port, options, on_message=on_message, on_messages=on_messages,
+                         on_close=on_close)
     try:
         await conn.connect()
         await conn.subscribe(topic, channel)

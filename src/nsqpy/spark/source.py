@@ -23,10 +23,11 @@ Delivery (nsqd's rule: only the connection that received a message may FIN it):
 * A batch Spark replays after a restart (``readBetweenOffsets``) is empty: its messages were
   never FINed, nsqd hands them out again once their ``msg_timeout`` expires (nsqd does not
   requeue on disconnect), so nothing is lost and a restarted query sees them again.
-* The I/O thread TOUCHes every held message each ``touchIntervalMs`` so a slow sink does not
-  make nsqd redeliver, answers heartbeats (the client does), keeps RDY within the IDENTIFY
-  ``max_rdy_count`` (opening several connections per nsqd when ``maxInFlight`` needs more),
-  reconnects, and follows nsqlookupd as nodes come and go.
+* The I/O thread TOUCHes every message held longer than half a ``touchIntervalMs`` (checked
+  every half interval) so a slow sink does not make nsqd redeliver, answers heartbeats (the
+  client does), keeps RDY within the IDENTIFY ``max_rdy_count`` (opening several connections
+  per nsqd when ``maxInFlight`` needs more), reconnects, and follows nsqlookupd as nodes come
+  and go.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from nsqpy.client import (
     IdentifyError,
     LookupdPoller,
     LoopThread,
-    Message,
+    MessageBatch,
     NSQConnection,
     NSQError,
     NSQErrorResponse,
@@ -393,8 +394,10 @@ class _SourceRuntime:
         self.arrow_schema = arrow_schema()
         self.lock = threading.Lock()
         self.wakeup = threading.Event()
-        self.buffer: deque[Message] = deque()
-        self.pending: dict[int, list[Message]] = {}
+        # one MessageBatch per read of one connection; no object per message
+        self.buffer: deque[MessageBatch] = deque()
+        self.buffered = 0  # messages in buffer
+        self.pending: dict[int, list[MessageBatch]] = {}
         self.received = 0
         self.closing = False
         self.error: str | None = None  # a configuration error found by the I/O thread
@@ -479,7 +482,7 @@ class _SourceRuntime:
             try:
                 async with asyncio.timeout(2 * self.copts.connect_timeout):  # connect, IDENTIFY, SUB
                     conn = await subscribe(
-                        host, port, cfg.topic, cfg.channel, on_message=self._on_message, options=self.copts
+                        host, port, cfg.topic, cfg.channel, on_messages=self._on_messages, options=self.copts
                     )
             except (OSError, NSQError, TimeoutError) as err:
                 if isinstance(err, IdentifyError) or (isinstance(err, NSQErrorResponse) and err.code in CONFIG_ERRORS):
@@ -546,12 +549,14 @@ class _SourceRuntime:
             if conn.rdy != want:
                 conn.ready(want)
 
-    def _on_message(self, msg: Message) -> None:
-        if self.finished:  # AvailableNow is over: hand it straight back to the channel
-            msg.requeue(0.0, backoff=False)
+    def _on_messages(self, batch: MessageBatch) -> None:
+        if self.finished:  # AvailableNow is over: hand them straight back to the channel
+            batch.conn.requeue_ids(batch.ids, 0)
             return
-        self.buffer.append(msg)
-        self.received += 1
+        with self.lock:
+            self.buffer.append(batch)
+            self.buffered += len(batch)
+        self.received += len(batch)
         if not self.wakeup.is_set():
             self.wakeup.set()
 
@@ -583,15 +588,22 @@ class _SourceRuntime:
         self._rebalance()  # retired nodes to RDY 0, a node listed again back to its share
 
     async def _touch_loop(self) -> None:
-        """TOUCH everything delivered and not FINed, so nsqd keeps it ours however slow the batch."""
+        """TOUCH what has been held for half a ``touchIntervalMs``, so nsqd keeps it ours
+        however slow the batch: checked every half interval, a message is touched before it
+        has been held a whole interval (shorter than msg_timeout). Messages committed sooner,
+        the usual case, are never touched."""
+        half = self.cfg.touch_interval / 2
+        loop = asyncio.get_running_loop()
         while not self.closing:
-            await asyncio.sleep(self.cfg.touch_interval)
+            await asyncio.sleep(half)
             with self.lock:
                 held = list(self.buffer)
-                for msgs in self.pending.values():
-                    held.extend(msgs)
-            for msg in held:
-                msg.touch()
+                for batches in self.pending.values():
+                    held.extend(batches)
+            due = loop.time() - half
+            for batch in held:
+                if batch.since <= due:
+                    batch.touch()
 
     async def _housekeeping_loop(self) -> None:
         """Close connections to retired nodes once nothing they delivered waits for a FIN."""
@@ -603,13 +615,10 @@ class _SourceRuntime:
                         if conn.in_flight <= 0:
                             conn.close()
 
-    def _finish_messages(self, batches: list[list[Message]]) -> int:
-        n = 0
-        for msgs in batches:
-            for msg in msgs:
-                msg.finish()
-                n += 1
-        return n
+    def _finish_messages(self, batches: list[MessageBatch]) -> int:
+        for batch in batches:
+            batch.conn.finish_ids(batch.ids)
+        return sum(len(b) for b in batches)
 
     def _stop_taking(self) -> None:
         self.finished = True
@@ -628,9 +637,10 @@ class _SourceRuntime:
 
     def held_count(self) -> int:
         with self.lock:
-            return len(self.buffer) + sum(len(m) for m in self.pending.values())
+            return self.buffered + sum(len(b) for batches in self.pending.values() for b in batches)
 
-    def _take(self, limit: int, timeout: float) -> list[Message]:
+    def _take(self, limit: int, timeout: float) -> list[MessageBatch]:
+        """Up to ``limit`` buffered messages, whole reads (the last one split if need be)."""
         deadline = time.monotonic() + timeout
         buffer = self.buffer
         while not buffer:
@@ -641,13 +651,20 @@ class _SourceRuntime:
             if remaining <= 0 or self.error is not None:
                 return []
             self.wakeup.wait(remaining)
-        out: list[Message] = []
+        out: list[MessageBatch] = []
+        room = limit
         with self.lock:
-            while buffer and len(out) < limit:
-                msg = buffer.popleft()
-                if msg.conn.is_closed:
-                    continue  # cannot be FINed any more; nsqd will redeliver it
-                out.append(msg)
+            while buffer and room > 0:
+                batch = buffer[0]
+                if len(batch) > room:
+                    batch = batch.split(room)
+                else:
+                    buffer.popleft()
+                self.buffered -= len(batch)
+                if batch.conn.is_closed:
+                    continue  # cannot be FINed any more; nsqd will redeliver them
+                out.append(batch)
+                room -= len(batch)
         return out
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[Any], dict[str, Any]]:
@@ -659,14 +676,14 @@ class _SourceRuntime:
             if self.available_now and not self.finished:
                 self._check_available_now_done()
             timeout = 0.0 if self.finished else self.cfg.poll_timeout
-            msgs = self._take(self.cfg.max_batch_size, timeout)
-            if msgs:
+            batches = self._take(self.cfg.max_batch_size, timeout)
+            if batches:
                 self.an_idle_since = None
-                end = {"seq": seq + len(msgs), "flush": flush}
-                batch = self._to_arrow(msgs)
+                rows = self._to_arrow(batches)
+                end = {"seq": seq + rows.num_rows, "flush": flush}
                 with self.lock:
-                    self.pending[end["seq"]] = msgs
-                return iter([batch]), end
+                    self.pending[end["seq"]] = batches
+                return iter([rows]), end
             with self.lock:
                 unacked = bool(self.pending)
             if unacked:
@@ -679,19 +696,33 @@ class _SourceRuntime:
             # backlog has been read (or is known to be gone)
             self._available_now_idle()
 
-    def _to_arrow(self, msgs: list[Message]) -> Any:
+    def _to_arrow(self, batches: list[MessageBatch]) -> Any:
+        """One Arrow record batch; every column is built from whole lists by Arrow itself."""
         import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-        n = len(msgs)
+        ids: list[bytes] = []
+        bodies: list[bytes] = []
+        timestamps: list[int] = []
+        attempts: list[int] = []
+        addresses: list[str] = []
+        for b in batches:
+            ids += b.ids
+            bodies += b.bodies
+            timestamps += b.timestamps
+            attempts += b.attempts
+            addresses += [b.conn.address] * len(b.ids)
+        n = len(ids)
         cfg = self.cfg
+        ns = pa.array(timestamps, pa.int64())
         arrays = [
-            pa.array([m.body for m in msgs], pa.binary()),
-            pa.array([m.id for m in msgs], pa.binary()).cast(pa.string()),
-            pa.array([m.attempts for m in msgs], pa.int32()),
-            pa.array([m.timestamp // 1000 for m in msgs], pa.int64()).cast(self.arrow_schema.field("timestamp").type),
-            pa.array([cfg.topic] * n, pa.string()),
-            pa.array([cfg.channel] * n, pa.string()),
-            pa.array([m.conn.address for m in msgs], pa.string()),
+            pa.array(bodies, pa.binary()),
+            pa.array(ids, pa.binary()).cast(pa.string()),
+            pa.array(attempts, pa.int32()),
+            pc.divide(ns, 1000).cast(self.arrow_schema.field("timestamp").type),
+            pa.repeat(pa.scalar(cfg.topic, pa.string()), n),
+            pa.repeat(pa.scalar(cfg.channel, pa.string()), n),
+            pa.array(addresses, pa.string()),
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
 
@@ -699,7 +730,7 @@ class _SourceRuntime:
         upto = int(end.get("seq", 0))
         with self.lock:
             keys = [k for k in self.pending if k <= upto]
-            batches = [self.pending.pop(k) for k in sorted(keys)]
+            batches = [b for k in sorted(keys) for b in self.pending.pop(k)]
         if not batches:
             return
         n = self.io.run(lambda: self._finish_messages(batches), timeout=60)
