@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsqpy.client import ConnectionClosedError, NSQConnection, NSQErrorResponse
+from nsqpy.client import ConnectionClosedError, MessageBatch, NSQConnection, NSQErrorResponse
 from nsqpy.client.compression import DeflateCodec, SnappyCodec
 from nsqpy.client.options import ConnectionOptions
 from nsqpy.protocol.frames import encode_error, encode_response
@@ -181,9 +181,19 @@ frames = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(items=frames, cuts=st.lists(st.integers(0, 10**5), max_size=15))
 def test_frames_split_anywhere(items, cuts):
+    """Per message (``on_message``) and per read (``on_messages``) alike."""
+    for columns in (False, True):
+        _frames_split_anywhere(items, cuts, columns)
+
+
+def _frames_split_anywhere(items, cuts, columns: bool) -> None:
     async def run() -> None:
         got = []
-        conn = NSQConnection("127.0.0.1", 1, on_message=got.append)
+        batches: list[MessageBatch] = []
+        if columns:
+            conn = NSQConnection("127.0.0.1", 1, on_messages=batches.append)
+        else:
+            conn = NSQConnection("127.0.0.1", 1, on_message=got.append)
         transport = _NullTransport()
         conn.connection_made(transport)
         stream = b""
@@ -200,13 +210,41 @@ def test_frames_split_anywhere(items, cuts):
         for p in points:
             conn.data_received(stream[prev:p])
             prev = p
-        assert [(m.id, m.body, m.attempts) for m in got] == expected
+        if columns:
+            assert all(len(b) for b in batches), "a read without messages hands over no batch"
+            got = [(i, body, a) for b in batches for i, body, a in zip(b.ids, b.bodies, b.attempts)]
+            assert got == expected
+            assert [t for b in batches for t in b.timestamps] == [
+                1700000000000000000 + i for i, (kind, _, _) in enumerate(items) if kind == "msg"]
+        else:
+            assert [(m.id, m.body, m.attempts) for m in got] == expected
         assert conn.in_flight == len(expected)
         await asyncio.sleep(0)
         nops = b"".join(transport.written).count(b"NOP\n")
         assert nops == sum(1 for k, _, _ in items if k == "hb")
 
     asyncio.run(run())
+
+
+async def test_batch_answers_are_one_write_each_and_keep_in_flight():
+    batches: list[MessageBatch] = []
+    conn = NSQConnection("127.0.0.1", 1, on_messages=batches.append)
+    transport = _NullTransport()
+    conn.connection_made(transport)
+    conn.data_received(b"".join(encode_message_frame(b"%016x" % i, b"b", 1, 1) for i in range(5)))
+    (batch,) = batches
+    assert conn.in_flight == 5
+    head = batch.split(2)
+    assert (head.ids, batch.ids) == ([b"%016x" % i for i in range(2)], [b"%016x" % i for i in range(2, 5)])
+    conn.finish_ids(head.ids)
+    batch.touch()
+    conn.requeue_ids(batch.ids, 250)
+    await asyncio.sleep(0)
+    assert b"".join(transport.written) == (
+        b"FIN 0000000000000000\nFIN 0000000000000001\n"
+        b"TOUCH 0000000000000002\nTOUCH 0000000000000003\nTOUCH 0000000000000004\n"
+        b"REQ 0000000000000002 250\nREQ 0000000000000003 250\nREQ 0000000000000004 250\n")
+    assert conn.in_flight == 0
 
 
 async def test_silent_peer_is_dropped_after_read_timeout():
