@@ -26,7 +26,7 @@ from ..protocol.commands import MAGIC_V2
 from ..protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
 from .replica_reship import drop_adopted, reship_records
 from ..protocol.replication import (
-    CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msg, enc_pumped, enc_sync,
+    CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msgs, enc_pumped, enc_sync,
     enc_topic_del, encode_batch, encode_rsub, parse_ack,
 )
 
@@ -166,8 +166,7 @@ class Replicator:
             return
         if self._fins:
             self._flush_fins()
-        name = topic.name
-        self._parts.extend([enc_msg(name, m[0], m[2], m[3], due_ns, held, m[1]) for m in msgs])
+        self._parts.append(enc_msgs(topic.name, msgs, due_ns, held))
         if not self._ship_scheduled:
             self._ship_scheduled = True
             self.nsqd.loop.call_soon(self._ship)

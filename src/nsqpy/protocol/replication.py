@@ -117,6 +117,23 @@ def enc_msg(topic: str, mid: bytes, ts: int, attempts: int, due_ns: int, held: b
                      _pack_u32(len(body)), body))
 
 
+_MSG_HEAD_SIZE = struct.Struct(">16sqHqBI")  # _MSG_HEAD and the body's size, in one pack
+
+
+def enc_msgs(topic: str, msgs: Iterable[tuple], due_ns: int, held: bool) -> bytes:
+    """MSG records of many ``(id, body, timestamp, attempts)`` messages of one topic: what
+    :func:`enc_msg` writes for each, with the topic's bytes and the mode computed once (the
+    origin's publish path)."""
+    prefix = b"\x01" + _name(topic)
+    mode = OWED_HELD if held else OWED_CHANNELS
+    pack = _MSG_HEAD_SIZE.pack
+    parts: list[bytes] = []
+    extend = parts.extend
+    for mid, body, ts, attempts in msgs:
+        extend((prefix, pack(mid, ts, attempts & 0xFFFF, due_ns, mode, len(body)), body))
+    return b"".join(parts)
+
+
 def enc_msg_owed(topic: str, mid: bytes, ts: int, attempts: int, due_ns: int,
                  owed: Iterable[str], body: bytes) -> bytes:
     """A MSG whose owed channels are given explicitly (compaction keeps the current state)."""
@@ -211,35 +228,46 @@ def decode_records(buf: bytes | memoryview) -> list[Record]:
     end = len(buf)
     pos = 0
     head_size = _MSG_HEAD.size
-    unpack_head = _MSG_HEAD.unpack_from
+    unpack_head_size = _MSG_HEAD_SIZE.unpack_from
+    new_msg = tuple.__new__  # Msg(...) without NamedTuple's Python-level __new__
+    # a batch's messages usually share one topic: its record prefix is matched in place
+    # (no slice, no decode) against the last one seen
+    last_prefix = b""
+    topic = ""
     try:
         while pos < end:
             kind = buf[pos]
             if kind == MSG:  # the hot path: inline, no helper calls
-                n = buf[pos + 1]
-                tpos = pos + 2
-                pos = tpos + n
-                if n == 0 or pos + head_size + 4 > end:
+                if last_prefix and buf.startswith(last_prefix, pos):
+                    pos += len(last_prefix)
+                else:
+                    n = buf[pos + 1]
+                    tpos = pos + 2
+                    if n == 0:
+                        raise ReplicationError("record truncated")
+                    topic = buf[tpos:tpos + n].decode("ascii")
+                    last_prefix = bytes(buf[pos:tpos + n])
+                    pos = tpos + n
+                if pos + head_size + 4 > end:
                     raise ReplicationError("record truncated")
-                topic = buf[tpos:pos].decode("ascii")
-                mid, ts, attempts, due_ns, mode = unpack_head(buf, pos)
-                pos += head_size
+                mid, ts, attempts, due_ns, mode, size = unpack_head_size(buf, pos)
                 if mode == OWED_CHANNELS or mode == OWED_HELD:
                     owed: int | frozenset = mode
+                    pos += head_size + 4
                 elif mode == OWED_LIST:
                     r = _Reader(buf)
-                    r.pos = pos
+                    r.pos = pos + head_size
                     owed = r.names()
                     pos = r.pos
                     if pos + 4 > end:
                         raise ReplicationError("record truncated")
+                    size = _unpack_u32(buf, pos)[0]
+                    pos += 4
                 else:
                     raise ReplicationError(f"bad owed mode {mode}")
-                size = _unpack_u32(buf, pos)[0]
-                pos += 4
                 if pos + size > end:
                     raise ReplicationError("record truncated")
-                append(Msg(topic, mid, ts, attempts, due_ns, owed, buf[pos:pos + size]))
+                append(new_msg(Msg, (topic, mid, ts, attempts, due_ns, owed, buf[pos:pos + size])))
                 pos += size
                 continue
             r = _Reader(buf)
