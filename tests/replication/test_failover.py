@@ -201,3 +201,24 @@ def test_both_killed_the_peer_restarts_from_its_replica_log(nsqd_factory, lookup
         assert owed <= set(got), f"lost {len(owed - set(got))}"
     finally:
         b2.stop()
+
+
+def test_adopted_messages_are_replicated_onward_in_a_chain(nsqd_factory, lookupd):
+    """a -> b -> c: a dies and b adopts; b ships what it adopted to c like its own, so when b
+    dies too (data directory gone) before anyone consumed, c delivers every acknowledged one."""
+    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    c = nsqd_factory("--accept-replicas", "--replication-failover-timeout=2s", lk)
+    b = nsqd_factory(f"--replicate-to={c.tcp_address}", "--replication-failover-timeout=2s", lk)
+    a = nsqd_factory(f"--replicate-to={b.tcp_address}", lk)
+    wait_for(lambda: linked(a) and linked(b), what="links up")
+    topic = unique_name()
+    owed = publish_and_consume_some(a, b, topic)
+    a.kill9()
+    wait_adopted(b, topic)
+    wait_for(lambda: replica(c, topic).get("messages") == len(owed), timeout=15,
+             what="b's adopted messages on c")
+    b.kill9()
+    shutil.rmtree(b.data_path)
+    wait_adopted(c, topic)
+    got = asyncio.run(consume_all(lookupd, topic, owed, 30))
+    assert owed <= set(got), f"lost {len(owed - set(got))}"

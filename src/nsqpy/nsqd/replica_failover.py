@@ -8,7 +8,9 @@ neither has answered for ``--replication-failover-timeout`` (docs/replication.md
 Adoption puts each live replicated message into the peer's *own* topic of the same name: into
 each channel that still owes it (attempts kept, deferrals keep their due time), or into the topic
 when it was still held there. Creating those topics and channels registers them with nsqlookupd,
-so stock consumers that discover producers through lookupd find them here.
+so stock consumers that discover producers through lookupd find them here. A node that itself
+replicates ships what it adopted to its own peer, like its own messages (a ring survives the
+adopting node's loss too).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Iterable
 
 from ..common.addr import split_host_port
+from ..protocol.names import is_ephemeral
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -36,6 +39,7 @@ def adopt_messages(nsqd: "NSQD", messages: Iterable[tuple]) -> int:
     """Deliver replicated messages ``(record, owed, attempts, due_ns)`` from this node."""
     now_ns, now = time.time_ns(), time.monotonic()
     per_channel: dict[tuple[str, str], list[tuple]] = {}
+    onward: list[tuple[str, tuple, frozenset[str], int]] = []
     n = 0
     for rec, owed, attempts, due_ns in messages:
         msg = (rec.id, rec.body, rec.timestamp, attempts)
@@ -47,6 +51,9 @@ def adopt_messages(nsqd: "NSQD", messages: Iterable[tuple]) -> int:
             else:
                 topic.put_many([msg], len(rec.body))
             continue
+        durable = frozenset(name for name in owed if not is_ephemeral(name))
+        if durable:
+            onward.append((rec.topic, msg, durable, due_ns if due_ns > now_ns else 0))
         for name in owed:
             if due_ns > now_ns:
                 channel = nsqd.get_topic(rec.topic).get_channel(name)
@@ -56,6 +63,9 @@ def adopt_messages(nsqd: "NSQD", messages: Iterable[tuple]) -> int:
     for (topic_name, name), msgs in per_channel.items():
         channel = nsqd.get_topic(topic_name).get_channel(name)
         channel.put_many(msgs)
+    if nsqd.replicator is not None:  # after the channels exist, so their CHAN_ADD go first
+        for topic_name, msg, owed, due in onward:
+            nsqd.replicator.adopted(topic_name, msg, owed, due)
     return n
 
 

@@ -26,7 +26,8 @@ from ..protocol.commands import MAGIC_V2
 from ..protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
 from .replica_reship import drop_adopted, reship_records
 from ..protocol.replication import (
-    CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msgs, enc_pumped, enc_sync,
+    CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msg_owed, enc_msgs, enc_pumped,
+    enc_sync,
     enc_topic_del, encode_batch, encode_rsub, parse_ack,
 )
 
@@ -171,6 +172,16 @@ class Replicator:
             self._ship_scheduled = True
             self.nsqd.loop.call_soon(self._ship)
         self.shipped_messages += len(msgs)
+
+    def adopted(self, topic_name: str, msg: tuple, owed: frozenset[str], due_ns: int) -> None:
+        """A message this node adopted from another origin straight into channels ``owed``:
+        replicated onward like this node's own (in a ring, its loss is then survivable too).
+        Topic-held adopted messages go through the topic and :meth:`published` instead."""
+        if self.link is None:
+            self.degraded_messages += 1  # in the channel's queue: re-shipped on link-up
+            return
+        self._add(enc_msg_owed(topic_name, msg[0], msg[2], msg[3], due_ns, owed, msg[1]))
+        self.shipped_messages += 1
 
     def pumped(self, topic: "Topic", ids: list[bytes]) -> None:
         self._add(enc_pumped(topic.name, ids))
