@@ -4,7 +4,11 @@ a stock consumer that finds producers through nsqlookupd receives every acknowle
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
+import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -222,3 +226,50 @@ def test_adopted_messages_are_replicated_onward_in_a_chain(nsqd_factory, lookupd
     wait_adopted(c, topic)
     got = asyncio.run(consume_all(lookupd, topic, owed, 30))
     assert owed <= set(got), f"lost {len(owed - set(got))}"
+
+
+def _returning_origin(nsqd_factory, lookupd, timeout: str):
+    """a was adopted by b after a kill -9 and comes back with its 100 disk-queued messages
+    (all adopted by b) while b is frozen (SIGSTOP: the link connects, RSUB gets no answer);
+    a consumer is subscribed to a at once. Returns (a2, b, consumer)."""
+    a, b, lk = start_pair(nsqd_factory, lookupd, "--mem-queue-size=100")
+    topic = unique_name()
+    publish_and_consume_some(a, b, topic)
+    a.kill9()
+    wait_adopted(b, topic)
+    os.kill(b.pid, signal.SIGSTOP)
+    a2 = a.restart(f"--replicate-to={b.tcp_address}", "--mem-queue-size=100",
+                   f"--replication-failover-timeout={timeout}", lk)
+    consumer = Wire(a2.tcp_address, timeout=2.0)
+    consumer.sub(topic, "c", rdy=200)
+    return a2, b, consumer
+
+
+def test_returning_origin_delivers_nothing_until_reconciled(nsqd_factory, lookupd):
+    a2, b, consumer = _returning_origin(nsqd_factory, lookupd, "60s")
+    try:
+        with pytest.raises(socket.timeout):  # held: its disk queue is not handed out yet
+            consumer.read_message()
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    try:
+        wait_for(lambda: linked(a2), timeout=15, what="relink")
+        assert get_json(a2, "/stats?format=json")["replication"]["skipped_adopted"] >= 100
+        with pytest.raises(socket.timeout):  # reconciled: b delivers all of them, a2 none
+            consumer.read_message()
+    finally:
+        a2.stop()
+
+
+def test_returning_origin_delivers_after_the_timeout_when_the_peer_stays_away(nsqd_factory,
+                                                                               lookupd):
+    a2, b, consumer = _returning_origin(nsqd_factory, lookupd, "3s")
+    started = time.monotonic()
+    try:
+        consumer.sock.settimeout(10)
+        consumer.read_message()  # availability wins after --replication-failover-timeout
+        assert time.monotonic() - started >= 1.5
+        assert "delivering without reconciling" in a2.log()
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+        a2.stop()

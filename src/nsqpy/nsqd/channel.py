@@ -156,7 +156,7 @@ class Channel:
         """Send queued messages to every consumer with room under its RDY."""
         clients = self.clients
         n = len(clients)
-        if not n or self.paused or self.exiting:
+        if not n or self.paused or self.exiting or self.nsqd.holding_delivery:
             return
         if not self.mem and not self.backend.depth:
             return

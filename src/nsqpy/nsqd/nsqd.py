@@ -66,6 +66,8 @@ class NSQD:
         self._loading = False
         self._persist_scheduled = False
         self.replicator: Any = None  # replicator.Replicator with --replicate-to
+        #: a returning replicating origin delivers nothing until it has reconciled with its peer
+        self.holding_delivery = False
         self.replicas: Any = None  # replica_host.ReplicaHost with --accept-replicas
         self.lookup = LookupdPeers(options.lookupd_tcp_address, self.lookupd_identity,
                                    self.registrations, logger,

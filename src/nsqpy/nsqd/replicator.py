@@ -124,7 +124,12 @@ class Replicator:
         self.logger = nsqd.logger
         self.peer: str = opts.replicate_to
         self.sync = opts.replication_ack == "sync"
+        # the same incarnation coming back (restart, healed partition): the peer may have
+        # adopted some of its messages, so channels deliver nothing until the link says which
+        returning = os.path.exists(os.path.join(nsqd.data_path, INCARNATION_FILE))
         self.incarnation = load_incarnation(nsqd.data_path)
+        nsqd.holding_delivery = returning
+        self._hold_timer: asyncio.TimerHandle | None = None
         self.origin = ""  # broadcast address:tcp port, known once listening
         self.link: _Link | None = None
         self.state = "connecting"
@@ -304,6 +309,26 @@ class Replicator:
         opts = self.nsqd.options
         self.origin = f"{opts.broadcast_address}:{opts.broadcast_tcp_port or self.nsqd.tcp_port}"
         self._task = self.nsqd.loop.create_task(self._run())
+        if self.nsqd.holding_delivery:
+            self._hold_timer = self.nsqd.loop.call_later(
+                self.nsqd.options.replication_failover_timeout, self._release_hold, False)
+
+    def _release_hold(self, reconciled: bool) -> None:
+        """Channels deliver again: reconciled with the peer, or it stayed unreachable for
+        --replication-failover-timeout (then availability wins; duplicates are possible)."""
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        if not self.nsqd.holding_delivery:
+            return
+        self.nsqd.holding_delivery = False
+        if not reconciled:
+            self.logger.warning("REPLICATION: peer %s unreachable for %.0fs; delivering without "
+                                "reconciling (what it adopted may be delivered twice)", self.peer,
+                                self.nsqd.options.replication_failover_timeout)
+        for topic in list(self.nsqd.topics.values()):
+            for channel in list(topic.channels.values()):
+                channel.dispatch()
 
     async def _run(self) -> None:
         host, port = split_host_port(self.peer)
@@ -345,6 +370,7 @@ class Replicator:
             self.skipped_adopted += n
             self.logger.warning("REPLICATION: peer %s had adopted %d of our messages after a "
                                 "failover; %d dropped from our queues", self.peer, len(ids), n)
+        self._release_hold(True)
         if self._fins:
             self._flush_fins()
         # records of this turn not shipped yet (FINs...) go before the re-ship: a message
