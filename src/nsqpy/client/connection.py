@@ -368,6 +368,24 @@ class NSQConnection(asyncio.Protocol):
         if ids and not self._closed.done():
             self.send(b"TOUCH " + b"\nTOUCH ".join(ids) + b"\n")
 
+    def detach(self) -> asyncio.Transport:
+        """After :meth:`connect` (IDENTIFY, TLS, AUTH), hand the socket to another protocol:
+        nsqd-to-nsqd replication goes on with its own framing on the same (TLS) stream.
+        This connection is then closed without closing the socket."""
+        transport = self._transport
+        if transport is None or self._closed.done() or self._buf or self._waiters:
+            raise NSQError(f"{self.address}: cannot detach now")
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush()
+        self._transport = None
+        self.closing = True
+        self._closed.set_result(None)
+        return transport
+
     def nop(self) -> None:
         self.send(NOP)
 

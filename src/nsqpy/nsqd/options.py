@@ -124,6 +124,11 @@ def build_flagset() -> FlagSet:
               kind="duration"),
             F("accept-replicas", False, "accept replication links from other nsqd (implied by --replicate-to) (nsqpy)",
               kind="bool"),
+            F("replication-tls", False, "upgrade the replication link to TLS: the peer is verified with --tls-root-ca-file "
+              "(or the system's CAs) and --tls-cert/--tls-key are presented as the client certificate (nsqpy)",
+              kind="bool"),
+            F("replication-auth-secret", "", "secret the replication link sends with AUTH when the peer requires it; the "
+              "peer's auth server must grant it publish and subscribe on topic/channel nsqpy-replication (nsqpy)"),
             F("metrics", True, "serve Prometheus metrics at GET /metrics on the HTTP(S) listeners "
               "(nsqpy addition; --metrics=false to turn off)", kind="bool"),
         ),

@@ -45,6 +45,10 @@ if TYPE_CHECKING:
     from .auth import AuthState
     from .nsqd import NSQD
 
+#: the topic and channel an auth server must open to an origin for ``RSUB`` (docs/replication.md)
+REPLICATION_AUTH_NAME = "nsqpy-replication"
+
+
 class Upgrade:
     """IDENTIFY's request to the connection: after the answer in the outbox is sent, switch the
     stream to TLS and/or a compression codec (none of them: just go on reading)."""
@@ -328,6 +332,11 @@ class ProtocolV2:
         unless this nsqd accepts replicas."""
         if self.nsqd.replicas is None:
             self.refuse(b"RSUB")
+        if self.nsqd.auth is not None:
+            # a replica holds every topic of its origin: the origin's secret must be granted
+            # publishing and subscribing on the reserved name (a ".*" grant does)
+            self._check_auth("RSUB", REPLICATION_AUTH_NAME, "")
+            self._check_auth("RSUB", REPLICATION_AUTH_NAME, REPLICATION_AUTH_NAME)
         return Handover(params)
 
     def _ok(self) -> None:

@@ -283,8 +283,8 @@ def hand_over(conn: Any, params: list[bytes]) -> None:
     nsqd = conn.nsqd
     host: ReplicaHost = nsqd.replicas
     record = conn.client
-    if nsqd.auth is not None or record.tls or record.snappy or record.deflate:
-        raise FatalError(E_INVALID, "RSUB not supported with AUTH, TLS or compression")
+    if record.snappy or record.deflate:
+        raise FatalError(E_INVALID, "RSUB not supported with compression")
     try:
         address, incarnation, http_port = parse_rsub(params)
     except ReplicationError as err:

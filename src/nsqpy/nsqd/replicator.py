@@ -18,9 +18,13 @@ import asyncio
 import json
 import os
 import secrets
+import ssl
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..client.connection import NSQConnection
+from ..client.errors import NSQError
+from ..client.options import ConnectionOptions
 from ..common.addr import split_host_port
 from ..protocol.commands import MAGIC_V2
 from ..protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
@@ -67,20 +71,35 @@ def load_incarnation(data_path: str) -> str:
     return inc
 
 
+def link_client_options(opts: Any) -> ConnectionOptions | None:
+    """How the link handshakes like a V2 client; None for the plain link (magic, RSUB)."""
+    if not opts.replication_tls and not opts.replication_auth_secret:
+        return None
+    tls = None
+    if opts.replication_tls:
+        tls = ssl.create_default_context(cafile=opts.tls_root_ca_file or None)
+        if opts.tls_cert and opts.tls_key:
+            tls.load_cert_chain(opts.tls_cert, opts.tls_key)
+    return ConnectionOptions(heartbeat_interval=None, tls=tls,
+                             auth_secret=opts.replication_auth_secret or None,
+                             user_agent="nsqd-replication")
+
+
 class _Link(asyncio.Protocol):
     """One TCP connection to the peer: RSUB, then batches out and acks in."""
 
-    def __init__(self, rep: "Replicator") -> None:
+    def __init__(self, rep: "Replicator", magic: bool = True) -> None:
         self.rep = rep
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(1 << 20)
         self.up = False
+        self.magic = magic  # False: the V2 handshake (IDENTIFY, TLS, AUTH) already happened
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         rep = self.rep
-        transport.write(MAGIC_V2 + encode_rsub(rep.origin, rep.incarnation,  # type: ignore
-                                               rep.nsqd.http_port))
+        rsub = encode_rsub(rep.origin, rep.incarnation, rep.nsqd.http_port)
+        transport.write(MAGIC_V2 + rsub if self.magic else rsub)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -130,6 +149,7 @@ class Replicator:
         self.incarnation = load_incarnation(nsqd.data_path)
         nsqd.holding_delivery = returning
         self._hold_timer: asyncio.TimerHandle | None = None
+        self._client_options = link_client_options(opts)
         self.origin = ""  # broadcast address:tcp port, known once listening
         self.link: _Link | None = None
         self.state = "connecting"
@@ -332,12 +352,11 @@ class Replicator:
 
     async def _run(self) -> None:
         host, port = split_host_port(self.peer)
-        loop = self.nsqd.loop
         while not self._closing:
             if self.link is None:
                 try:
-                    await loop.create_connection(lambda: _Link(self), host, port)
-                except OSError as err:
+                    await self._connect(host, port)
+                except (OSError, NSQError) as err:
                     if self.state != "degraded" or self.connects == 0:
                         self.logger.warning("REPLICATION: cannot reach peer %s - %s", self.peer, err)
                     self.state = "degraded"
@@ -355,6 +374,24 @@ class Replicator:
                     link.transport.abort()
                     continue
             link.transport.write(encode_batch(0, b"", acked=False))  # keep-alive
+
+    async def _connect(self, host: str, port: int) -> None:
+        """Open the link: RSUB straight after the magic, or, with --replication-tls or
+        --replication-auth-secret, after a V2 client's handshake (IDENTIFY, TLS, AUTH) whose
+        socket is then handed to the link."""
+        loop = self.nsqd.loop
+        if self._client_options is None:
+            await loop.create_connection(lambda: _Link(self), host, port)
+            return
+        conn = NSQConnection(host, port, self._client_options)
+        await conn.connect()
+        if self._client_options.tls is not None and not conn.identify_response.get("tls_v1"):
+            conn.abort()
+            raise NSQError(f"{self.peer} did not negotiate TLS (is it started with --tls-cert?)")
+        transport = conn.detach()
+        link = _Link(self, magic=False)
+        transport.set_protocol(link)
+        link.connection_made(transport)
 
     def _link_up(self, link: _Link) -> None:
         """RSUB answered: resend what was unacked or kept while down, the channel map, and every
@@ -397,6 +434,8 @@ class Replicator:
 
     def _link_down(self, link: _Link, exc: Exception | None) -> None:
         if self.link is not link:
+            if not link.up and self.link is None:  # refused before RSUB was answered
+                self.state = "degraded"
             return
         self.link = None
         self.state = "degraded"
