@@ -79,6 +79,22 @@ def test_publishes_reach_the_replica_and_fins_shrink_it(pair):
     wait_for(lambda: replica(b, topic)["messages"] == 1, what="channel deletion shipped")
 
 
+def test_ephemeral_topics_and_channels_are_not_replicated(pair):
+    """Upstream keeps them in memory only: no durability to replicate (docs/replication.md §9)."""
+    a, b = pair
+    topic = unique_name()
+    assert post(a, f"/channel/create?topic={topic}&channel=kept") == 200
+    assert post(a, f"/channel/create?topic={topic}&channel=gone%23ephemeral") == 200
+    assert post(a, f"/channel/create?topic={topic}_e%23ephemeral&channel=c") == 200
+    w = Wire(a.tcp_address)
+    w.mpub(topic, [b"x%d" % i for i in range(5)])
+    w.mpub(f"{topic}_e#ephemeral", [b"e%d" % i for i in range(5)])
+    got = replica(b, topic)
+    assert got["messages"] == 5 and got["channels"] == {"kept": 5}
+    assert replica(b, f"{topic}_e#ephemeral")["messages"] == 0
+    assert get_json(a, "/stats?format=json")["replication"]["shipped_messages"] == 5
+
+
 def test_held_messages_follow_the_pump(pair):
     a, b = pair
     topic = unique_name()
