@@ -15,19 +15,51 @@ the end of the buffer -- is left to the line parser, so behaviour is unchanged.
 from __future__ import annotations
 
 import re
+import struct
+from itertools import chain
 
 #: the pseudo-command name of a run; no real command name can contain a space
 FIN_RUN = b"FIN "
 
 _LINE = 21  # len(b"FIN ") + 16 + len(b"\n")
 _RUN = re.compile(rb"(?:FIN [^ \r\n]{16}\n){2,}")
+# the ids of 64 whole lines in one unpack (in C) instead of a slice per line in Python
+_BLOCK = 64
+_BLOCK_IDS = struct.Struct("4x16sx" * _BLOCK)
+
+
+def _all_fin_lines(run: bytes, n: int) -> bool:
+    """``run`` is exactly ``n`` lines ``FIN <16 bytes without space, CR or LF>\n``: checked
+    column by column with extended slices and counts (C speed, no per-line work)."""
+    return (run[3::_LINE] == b" " * n and run[20::_LINE] == b"\n" * n
+            and run[0::_LINE] == b"F" * n and run[1::_LINE] == b"I" * n
+            and run[2::_LINE] == b"N" * n and run.count(b" ") == n
+            and run.count(b"\n") == n and b"\r" not in run)
 
 
 def match_fin_run(buf: bytes | bytearray, pos: int) -> tuple[int, tuple] | None:
-    """Two or more complete FIN lines at ``pos``: ``(end, (FIN_RUN, [b"FIN"], ids))``, else None."""
-    m = _RUN.match(buf, pos)
-    if m is None:
+    """Two or more complete FIN lines at ``pos``: ``(end, (FIN_RUN, [b"FIN"], ids))``, else None.
+
+    The common case -- everything buffered is whole FIN lines -- is recognised without the
+    regular expression; a run followed by anything else goes through it."""
+    n = (len(buf) - pos) // _LINE
+    if n < 2:
         return None
-    end = m.end()
+    end = pos + n * _LINE
     run = bytes(buf[pos:end])
-    return end, (FIN_RUN, [b"FIN"], [run[i:i + 16] for i in range(4, end - pos, _LINE)])
+    if not _all_fin_lines(run, n):
+        m = _RUN.match(buf, pos)
+        if m is None:
+            return None
+        end = m.end()
+        run = run[:end - pos]
+    return end, (FIN_RUN, [b"FIN"], _ids(run, (end - pos) // _LINE))
+
+
+def _ids(run: bytes, n: int) -> list[bytes]:
+    """The 16-byte ids of the ``n`` whole FIN lines at the start of ``run``."""
+    whole = n - n % _BLOCK
+    ids = list(chain.from_iterable(_BLOCK_IDS.iter_unpack(memoryview(run)[:whole * _LINE]))) \
+        if whole else []
+    ids += [run[i:i + 16] for i in range(whole * _LINE + 4, n * _LINE, _LINE)]
+    return ids
