@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
 from ..protocol.frames import encode_error
-from ..protocol.message import _FRAME_PREFIX, encode_message
+from ..protocol.message import FRAME_HEAD, encode_message
 from ..protocol.names import is_ephemeral
 from .bounded import trim
 from .dead_letter import drop_expired, requeue_disconnected, spent_ones_dead_lettered
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 Msg = tuple  # (id: bytes, body: bytes, timestamp_ns: int, attempts: int)
 
-_pack_frame_prefix = _FRAME_PREFIX.pack
+_pack_frame_head = FRAME_HEAD.pack
 _monotonic = time.monotonic
 _time_ns = time.time_ns
 _seq = itertools.count()
@@ -192,7 +192,7 @@ class Channel:
                 continue  # sampled out: consumed, never delivered (upstream)
             attempts += 1
             # one piece per frame: the connection's b"".join of the batch is then 3x cheaper
-            append(_pack_frame_prefix(len(body) + 30, 2, ts, attempts & 0xFFFF) + mid + body)
+            append(_pack_frame_head(len(body) + 30, 2, ts, attempts & 0xFFFF, mid) + body)
             in_flight[mid] = (mid, body, ts, attempts, deadline, now)
             sent += 1
         client.message_count += sent

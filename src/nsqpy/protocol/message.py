@@ -14,6 +14,8 @@ MSG_ID_LENGTH = 16
 
 _HEADER = struct.Struct(">qH")
 _FRAME_PREFIX = struct.Struct(">iiqH")  # frame size, frame type (2), timestamp, attempts
+#: the same and the 16-byte id: a message frame up to its body in one pack (the delivery path)
+FRAME_HEAD = struct.Struct(">iiqH16s")
 
 
 class Message(NamedTuple):
@@ -51,6 +53,9 @@ _TWEPOCH = 1288834974288  # upstream's snowflake epoch, in ~1.048576 ms ticks
 NODE_ID_BITS = 10
 SEQUENCE_BITS = 12
 _SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1
+# the sequence is an id's last 3 hex digits: within a tick an id is the tick's 13-digit prefix
+# and one of these (a bytes concatenation instead of formatting each 64-bit id)
+_SEQ_HEX = [b"%03x" % seq for seq in range(_SEQUENCE_MASK + 1)]
 
 
 class IdFactory:
@@ -83,10 +88,9 @@ class IdFactory:
             if seq > _SEQUENCE_MASK:
                 tick += 1
                 seq = 0
-            # within a tick the ids are consecutive integers: format a whole range at once
             k = min(count, _SEQUENCE_MASK + 1 - seq)
-            base = ((tick - _TWEPOCH) << 22) | node_bits
-            ids += [b"%016x" % v for v in range(base | seq, (base | seq) + k)]
+            prefix = b"%013x" % ((((tick - _TWEPOCH) << 22) | node_bits) >> SEQUENCE_BITS)
+            ids += [prefix + tail for tail in _SEQ_HEX[seq:seq + k]]
             seq += k
             count -= k
         self._seq = seq
