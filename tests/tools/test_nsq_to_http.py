@@ -121,7 +121,9 @@ def test_unreachable_endpoint_requeues_until_it_comes_back(nsqd, tools, sinks):
              what="failed attempts requeued")
     assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
     stats = channel_stats(nsqd.http_address, topic, CHANNEL)
-    assert stats["depth"] + stats["deferred_count"] == 1  # still there for the next run
+    # still there for the next run: queued, deferred by the last REQ, or in flight when the stop
+    # came mid-attempt (nsqd hands it out again after msg_timeout, as upstream)
+    assert stats["depth"] + stats["deferred_count"] + stats["in_flight_count"] == 1, stats
 
 
 @pytest.mark.timeout(60)
