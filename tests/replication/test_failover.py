@@ -240,19 +240,24 @@ def _returning_origin(nsqd_factory, lookupd, timeout: str):
     os.kill(b.pid, signal.SIGSTOP)
     a2 = a.restart(f"--replicate-to={b.tcp_address}", "--mem-queue-size=100",
                    f"--replication-failover-timeout={timeout}", lk)
-    consumer = Wire(a2.tcp_address, timeout=2.0)
-    consumer.sub(topic, "c", rdy=200)
+    try:
+        consumer = Wire(a2.tcp_address, timeout=2.0)
+        consumer.sub(topic, "c", rdy=200)
+    except BaseException:
+        os.kill(b.pid, signal.SIGCONT)
+        a2.stop()
+        raise
     return a2, b, consumer
 
 
 def test_returning_origin_delivers_nothing_until_reconciled(nsqd_factory, lookupd):
     a2, b, consumer = _returning_origin(nsqd_factory, lookupd, "60s")
     try:
-        with pytest.raises(socket.timeout):  # held: its disk queue is not handed out yet
-            consumer.read_message()
-    finally:
-        os.kill(b.pid, signal.SIGCONT)
-    try:
+        try:
+            with pytest.raises(socket.timeout):  # held: its disk queue is not handed out yet
+                consumer.read_message()
+        finally:
+            os.kill(b.pid, signal.SIGCONT)
         wait_for(lambda: linked(a2), timeout=15, what="relink")
         assert get_json(a2, "/stats?format=json")["replication"]["skipped_adopted"] >= 100
         with pytest.raises(socket.timeout):  # reconciled: b delivers all of them, a2 none
