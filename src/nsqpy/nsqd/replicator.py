@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import secrets
-import ssl
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -29,6 +28,7 @@ from ..common.addr import split_host_port
 from ..protocol.commands import MAGIC_V2
 from ..protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
 from .replica_reship import drop_adopted, reship_records
+from .tls import client_context
 from ..protocol.replication import (
     CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msg_owed, enc_msgs, enc_pumped,
     enc_sync,
@@ -77,7 +77,7 @@ def link_client_options(opts: Any) -> ConnectionOptions | None:
         return None
     tls = None
     if opts.replication_tls:
-        tls = ssl.create_default_context(cafile=opts.tls_root_ca_file or None)
+        tls = client_context(opts)  # nsqd's outbound TLS: --tls-root-ca-file, --tls-min-version
         if opts.tls_cert and opts.tls_key:
             tls.load_cert_chain(opts.tls_cert, opts.tls_key)
     return ConnectionOptions(heartbeat_interval=None, tls=tls,
