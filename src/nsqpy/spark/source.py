@@ -396,7 +396,6 @@ class _SourceRuntime:
         self.wakeup = threading.Event()
         # one MessageBatch per read of one connection; no object per message
         self.buffer: deque[MessageBatch] = deque()
-        self.buffered = 0  # messages in buffer
         self.pending: dict[int, list[MessageBatch]] = {}
         self.received = 0
         self.closing = False
@@ -553,9 +552,8 @@ class _SourceRuntime:
         if self.finished:  # AvailableNow is over: hand them straight back to the channel
             batch.conn.requeue_ids(batch.ids, 0)
             return
-        with self.lock:
+        with self.lock:  # held_count iterates the buffer from the runner's thread
             self.buffer.append(batch)
-            self.buffered += len(batch)
         self.received += len(batch)
         if not self.wakeup.is_set():
             self.wakeup.set()
@@ -637,7 +635,8 @@ class _SourceRuntime:
 
     def held_count(self) -> int:
         with self.lock:
-            return self.buffered + sum(len(b) for batches in self.pending.values() for b in batches)
+            return sum(map(len, self.buffer)) + sum(
+                len(b) for batches in self.pending.values() for b in batches)
 
     def _take(self, limit: int, timeout: float) -> list[MessageBatch]:
         """Up to ``limit`` buffered messages, whole reads (the last one split if need be)."""
@@ -660,7 +659,6 @@ class _SourceRuntime:
                     batch = batch.split(room)
                 else:
                     buffer.popleft()
-                self.buffered -= len(batch)
                 if batch.conn.is_closed:
                     continue  # cannot be FINed any more; nsqd will redeliver them
                 out.append(batch)
