@@ -109,21 +109,13 @@ def _name(s: str) -> bytes:
 
 # --- encoders --------------------------------------------------------------------------------
 
-def enc_msg(topic: str, mid: bytes, ts: int, attempts: int, due_ns: int, held: bool,
-            body: bytes) -> bytes:
-    return b"".join((b"\x01", _name(topic),
-                     _MSG_HEAD.pack(mid, ts, attempts & 0xFFFF, due_ns,
-                                    OWED_HELD if held else OWED_CHANNELS),
-                     _pack_u32(len(body)), body))
-
-
 _MSG_HEAD_SIZE = struct.Struct(">16sqHqBI")  # _MSG_HEAD and the body's size, in one pack
 
 
 def enc_msgs(topic: str, msgs: Iterable[tuple], due_ns: int, held: bool) -> bytes:
-    """MSG records of many ``(id, body, timestamp, attempts)`` messages of one topic: what
-    :func:`enc_msg` writes for each, with the topic's bytes and the mode computed once (the
-    origin's publish path)."""
+    """MSG records of many ``(id, body, timestamp, attempts)`` messages of one topic, the
+    topic's bytes and the owed mode computed once (the origin's publish path): for each,
+    kind, topic, then id, timestamp, attempts, due time, mode and body size in one pack."""
     prefix = b"\x01" + _name(topic)
     mode = OWED_HELD if held else OWED_CHANNELS
     pack = _MSG_HEAD_SIZE.pack
@@ -132,6 +124,12 @@ def enc_msgs(topic: str, msgs: Iterable[tuple], due_ns: int, held: bool) -> byte
     for mid, body, ts, attempts in msgs:
         extend((prefix, pack(mid, ts, attempts & 0xFFFF, due_ns, mode, len(body)), body))
     return b"".join(parts)
+
+
+def enc_msg(topic: str, mid: bytes, ts: int, attempts: int, due_ns: int, held: bool,
+            body: bytes) -> bytes:
+    """One MSG record (:func:`enc_msgs` of one message)."""
+    return enc_msgs(topic, ((mid, body, ts, attempts),), due_ns, held)
 
 
 def enc_msg_owed(topic: str, mid: bytes, ts: int, attempts: int, due_ns: int,
