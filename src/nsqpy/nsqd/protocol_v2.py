@@ -17,6 +17,7 @@ upstream checks the state before reading a body.
 
 from __future__ import annotations
 
+from itertools import repeat
 from time import time_ns as _time_ns
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
@@ -369,10 +370,10 @@ class ProtocolV2:
             self._check_auth("MPUB", topic_name, "")
         try:
             topic = nsqd.get_topic(topic_name)
-            ids = nsqd.id_factory.next_ids(len(bodies))
-            ts = _time_ns()
-            topic.put_many([(mid, b, ts, 0) for mid, b in zip(ids, bodies)],
-                           sum(map(len, bodies)))
+            n = len(bodies)
+            # zip builds the (id, body, timestamp, attempts) tuples in C
+            msgs = list(zip(nsqd.id_factory.next_ids(n), bodies, repeat(_time_ns(), n), repeat(0, n)))
+            topic.put_many(msgs, sum(map(len, bodies)))
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self.client.published(topic_name, len(bodies))

@@ -90,7 +90,7 @@ class IdFactory:
                 seq = 0
             k = min(count, _SEQUENCE_MASK + 1 - seq)
             prefix = b"%013x" % ((((tick - _TWEPOCH) << 22) | node_bits) >> SEQUENCE_BITS)
-            ids += [prefix + tail for tail in _SEQ_HEX[seq:seq + k]]
+            ids += map(prefix.__add__, _SEQ_HEX[seq:seq + k])  # C-level loop
             seq += k
             count -= k
         self._seq = seq
