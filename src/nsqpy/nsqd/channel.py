@@ -19,6 +19,7 @@ import itertools
 import random
 import time
 from collections import deque
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
@@ -224,25 +225,31 @@ class Channel:
         """A run of FINs from one read (see :mod:`nsqpy.protocol.fin_run`): each id exactly as
         :meth:`finish` treats it, in order; an unknown id adds its E_FIN_FAILED frame and the
         rest go on, as separate FIN commands would."""
-        pop = client.in_flight.pop
-        e2e = self.e2e
-        now_ns = _time_ns() if e2e is not None else 0
-        replicator = self.nsqd.replicator
-        done = 0
-        for mid in ids:
-            entry = pop(mid, None)
-            if entry is None:
-                try:
-                    self.finish(client, mid)
-                except ClientError as err:
-                    client.out.append(encode_error(err.payload))
-                continue
-            done += 1
-            if replicator is not None:
-                replicator.finished(self, mid)
-            if e2e is not None:
-                e2e.add(now_ns - entry[2])
+        # the pops run in C; the entries are looked at only when something needs them
+        entries = list(map(client.in_flight.pop, ids, repeat(None)))
+        if all(entries):
+            done = len(entries)
+        else:
+            done = 0
+            for mid, entry in zip(ids, entries):
+                if entry is None:
+                    try:
+                        self.finish(client, mid)  # not in flight here: raises its error
+                    except ClientError as err:
+                        client.out.append(encode_error(err.payload))
+                else:
+                    done += 1
+            entries = list(filter(None, entries))
         client.finish_count += done
+        replicator = self.nsqd.replicator
+        if replicator is not None:
+            for entry in entries:
+                replicator.finished(self, entry[0])
+        e2e = self.e2e
+        if e2e is not None:
+            now_ns = _time_ns()
+            for entry in entries:
+                e2e.add(now_ns - entry[2])
 
     def requeue_in_flight(self, client: "ClientV2", mid: bytes, delay: float) -> None:
         entry = client.in_flight.pop(mid, None)
