@@ -19,12 +19,12 @@ import itertools
 import random
 import time
 from collections import deque
-from itertools import repeat
+from itertools import repeat, starmap
 from typing import TYPE_CHECKING
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
 from ..protocol.frames import encode_error
-from ..protocol.message import FRAME_HEAD, encode_message
+from ..protocol.message import FRAME_HEAD_BEFORE_ID, encode_message
 from ..protocol.names import is_ephemeral
 from .bounded import trim
 from .dead_letter import drop_expired, requeue_disconnected, spent_ones_dead_lettered
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 Msg = tuple  # (id: bytes, body: bytes, timestamp_ns: int, attempts: int)
 
-_pack_frame_head = FRAME_HEAD.pack
+_pack_head_before_id = FRAME_HEAD_BEFORE_ID.pack
 _monotonic = time.monotonic
 _time_ns = time.time_ns
 _seq = itertools.count()
@@ -129,9 +129,8 @@ class Channel:
     def _take(self, n: int) -> list[Msg] | None:
         """Up to ``n`` queued messages; None when the queue gave nothing at all (empty or stuck)."""
         mem = self.mem
-        if len(mem) >= n:
-            popleft = mem.popleft
-            return [popleft() for _ in range(n)]
+        if len(mem) > n:
+            return list(starmap(mem.popleft, repeat((), n)))  # n pops, looped in C
         out = list(mem)
         mem.clear()
         backend = self.backend
@@ -184,17 +183,25 @@ class Channel:
         now = _monotonic()
         deadline = now + client.msg_timeout
         in_flight = client.in_flight
-        out = client.out
-        append = out.append
+        append = client.out.append
         rate = client.sample_rate
         sent = 0
+        # a frame goes out as three pieces: its head before the id, the id, the body (the
+        # connection joins them). Messages of one publish share the head's first part (size,
+        # timestamp, attempts): it is packed again only when one of them changes.
+        last_ts = last_size = last_attempts = None
+        head = b""
         for mid, body, ts, attempts in msgs:
             if rate and random.randrange(100) > rate:
                 continue  # sampled out: consumed, never delivered (upstream)
-            attempts += 1
-            # one piece per frame: the connection's b"".join of the batch is then 3x cheaper
-            append(_pack_frame_head(len(body) + 30, 2, ts, attempts & 0xFFFF, mid) + body)
-            in_flight[mid] = (mid, body, ts, attempts, deadline, now)
+            size = len(body)
+            if ts is not last_ts or size != last_size or attempts is not last_attempts:
+                last_ts, last_size, last_attempts = ts, size, attempts
+                head = _pack_head_before_id(size + 30, 2, ts, (attempts + 1) & 0xFFFF)
+            append(head)
+            append(mid)
+            append(body)
+            in_flight[mid] = (mid, body, ts, attempts + 1, deadline, now)
             sent += 1
         client.message_count += sent
         client.schedule_flush()

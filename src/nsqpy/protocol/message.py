@@ -13,9 +13,9 @@ MESSAGE_HEADER_SIZE = 26
 MSG_ID_LENGTH = 16
 
 _HEADER = struct.Struct(">qH")
-_FRAME_PREFIX = struct.Struct(">iiqH")  # frame size, frame type (2), timestamp, attempts
-#: the same and the 16-byte id: a message frame up to its body in one pack (the delivery path)
-FRAME_HEAD = struct.Struct(">iiqH16s")
+#: a message frame up to its id: frame size, frame type (2), timestamp, attempts (the delivery
+#: path sends it, the id and the body as three pieces)
+FRAME_HEAD_BEFORE_ID = struct.Struct(">iiqH")
 
 
 class Message(NamedTuple):
@@ -35,7 +35,7 @@ def encode_message(msg_id: bytes, body: bytes, timestamp: int, attempts: int) ->
 def encode_message_frame(msg_id: bytes, body: bytes, timestamp: int, attempts: int) -> bytes:
     """A complete frame of type 2 carrying one message (the hot path of delivery)."""
     return b"".join(
-        (_FRAME_PREFIX.pack(len(body) + 30, 2, timestamp, attempts & 0xFFFF), msg_id, body)
+        (FRAME_HEAD_BEFORE_ID.pack(len(body) + 30, 2, timestamp, attempts & 0xFFFF), msg_id, body)
     )
 
 
