@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import struct
 import time
+from itertools import repeat
+from operator import concat as _concat
 from typing import NamedTuple
 
 MESSAGE_HEADER_SIZE = 26
@@ -90,7 +92,7 @@ class IdFactory:
                 seq = 0
             k = min(count, _SEQUENCE_MASK + 1 - seq)
             prefix = b"%013x" % ((((tick - _TWEPOCH) << 22) | node_bits) >> SEQUENCE_BITS)
-            ids += map(prefix.__add__, _SEQ_HEX[seq:seq + k])  # C-level loop
+            ids += map(_concat, repeat(prefix, k), _SEQ_HEX[seq:seq + k])  # looped in C
             seq += k
             count -= k
         self._seq = seq
