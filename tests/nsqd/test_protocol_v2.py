@@ -184,6 +184,8 @@ def test_pub_and_fin_flow_through_a_channel(make_nsqd):
     assert [f.data for f in producer.say(b"PUB", "t", body=b"hello")] == [b"OK"]
     assert [f.data for f in producer.send(encode_mpub("t", [b"a", b"b"]))] == [b"OK"]
     assert producer.client.pub_counts == {"t": 3}
+    assert consumer.send(b"") == []  # delivery runs after the publish, later in the loop turn
+    nsqd.loop.run_until_complete(asyncio.sleep(0))
     frames = consumer.send(b"")
     assert [f.frame_type for f in frames] == [FRAME_TYPE_MESSAGE, FRAME_TYPE_MESSAGE]  # RDY 2
     first = decode_message(frames[0].data)

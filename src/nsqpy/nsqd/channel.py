@@ -72,6 +72,7 @@ class Channel:
         self.e2e = (LatencyQuantiles(pct, nsqd.options.e2e_processing_latency_window_time)
                     if pct else None)
         self._rr = 0
+        self._dispatch_scheduled = False
         init_channel(self)  # lifecycle settings (issue #13): max_attempts, msg_ttl_ns, bounds
 
     # --- depth ---------------------------------------------------------------------------------
@@ -87,9 +88,19 @@ class Channel:
     # --- putting messages in -------------------------------------------------------------------
 
     def put_many(self, msgs: list[Msg]) -> None:
-        """Messages from the topic. Raises OSError when the disk backend fails."""
+        """Messages from the topic. Raises OSError when the disk backend fails.
+
+        Delivery runs later in the same loop turn, not inline: the publisher's OK goes out
+        first (so its next batch is on its way while we deliver), and the publishes of one
+        turn are delivered together."""
         self._enqueue(msgs)
         self.message_count += len(msgs)
+        if not self._dispatch_scheduled:
+            self._dispatch_scheduled = True
+            self.nsqd.loop.call_soon(self._scheduled_dispatch)
+
+    def _scheduled_dispatch(self) -> None:
+        self._dispatch_scheduled = False
         self.dispatch()
 
     def put_deferred(self, msg: Msg, due: float) -> None:
