@@ -17,9 +17,9 @@ import struct
 from dataclasses import dataclass
 from typing import NoReturn, Union
 
+from . import same_size
 from .errors import E_BAD_BODY, E_BAD_MESSAGE, E_BAD_PROTOCOL, E_BAD_TOPIC, E_INVALID, FatalError
 from .fin_run import match_fin_run
-from .mpub_run import take_uniform
 from .names import is_valid_name
 
 MAGIC_V2 = b"  V2"
@@ -280,13 +280,13 @@ class CommandParser:
         max_msg = limits.max_msg_size
         room = limits.max_body_size - state[3]  # what this MPUB may still hold
         i = len(bodies)
-        run = take_uniform(buf, pos, end, count - i, room, max_msg)
-        if run is not None:  # a block of same-size messages, copied out in C
-            stop, taken = run
-            bodies += taken
-            room -= stop - pos
-            pos = stop
-            i += len(taken)
+        run = same_size.same_size_run(buf, pos, end, count - i, 1, max_msg, room)
+        if run is not None:  # messages of one size, copied out in blocks
+            size, n = run
+            bodies += same_size.bodies(buf, pos, size, n)
+            pos += n * (size + 4)
+            room -= n * (size + 4)
+            i += n
         # bodies are copied out through a view: one copy each instead of a bytearray slice
         # and then bytes; released before feed() grows the buffer again
         view = memoryview(buf)
