@@ -1,6 +1,7 @@
 """A topic: fans every published message out to each of its channels.
 
-Fan-out is synchronous when channels exist and the topic is not paused. Otherwise messages queue at
+Fan-out to the channels' queues is synchronous when channels exist and the topic is not paused
+(each channel then delivers later in the same loop turn). Otherwise messages queue at
 the topic (memory up to ``--mem-queue-size``, then disk) and a pump moves them to the channels in
 bounded batches once there is somewhere to go, so a large backlog never blocks the event loop.
 """
