@@ -9,7 +9,9 @@ and each server, on a fresh data directory and free ports:
    ``bench_reader`` divides what it got by its whole ``--runfor``, so a backlog that runs dry early
    only shows the publish rate again: the channel's depth is read afterwards and a drained run is
    marked ``(drained)`` -- that figure is a lower bound, rerun with a larger ``--backlog``;
-3. both at once on a fresh server -> publish and consume rates while the other runs.
+3. both at once on a fresh server -> publish and consume rates while the other runs, and the
+   server's CPU time (user + system, ``/proc/<pid>/stat``) per message: on a small machine the
+   tools share the server's cores, so this is the figure a server change moves most steadily.
 
 Servers alternate within each round so that the machine's drift hits both alike; ``--rounds`` repeats.
 The tools and upstream's nsqd are found in ``$NSQ_UPSTREAM_BIN`` (a directory) or on PATH; without an
@@ -81,6 +83,13 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
 def nsqd(binary: str, flags: list[str]) -> Iterator[tuple[str, subprocess.Popen]]:
     """A fresh nsqd on free ports with its own data directory; stopped (by PID) and removed after."""
@@ -146,6 +155,7 @@ class Figures:
     both_pub: list[float] = field(default_factory=list)
     both_sub: list[float] = field(default_factory=list)
     rss: list[float] = field(default_factory=list)
+    both_cpu_us: list[float] = field(default_factory=list)  # nsqd CPU per message, both at once
     drained: int = 0  # consume runs whose backlog ran dry (their figure is a lower bound)
 
 
@@ -156,10 +166,15 @@ def measure(binary: str, flags: list[str], writer: str, reader: str, runfor: str
         fig.consume.append(ops_of(start_tool(reader, addr, runfor)))
         fig.rss.append(rss_mib(proc.pid))
         fig.drained += channel_depth(http) == 0
-    with nsqd(binary, flags) as (addr, _, _):
+    with nsqd(binary, flags) as (addr, _, proc):
+        cpu = cpu_seconds(proc.pid)
         w, r = start_tool(writer, addr, runfor), start_tool(reader, addr, runfor)
         fig.both_pub.append(ops_of(w))
         fig.both_sub.append(ops_of(r))
+        cpu = cpu_seconds(proc.pid) - cpu
+        # what the server spent per message taken in and handed out (the tools share its cores)
+        messages = (fig.both_pub[-1] + fig.both_sub[-1]) / 2 * go_seconds(runfor)
+        fig.both_cpu_us.append(cpu / messages * 1e6 if messages else 0.0)
 
 
 def main() -> None:
@@ -202,6 +217,8 @@ def main() -> None:
             ratios = "".join(f" {v / vals[0]:.2f}x |" if vals[0] else " |" for v in vals[1:])
             marks = [" (drained)" if key == "consume" and figures[n].drained else "" for n in names]
             print(f"| {label} | " + " | ".join(f"{v:,.0f}{m}" for v, m in zip(vals, marks)) + " |" + ratios)
+        print("| nsqd CPU per message, both at once (us) | "
+              + " | ".join(f"{median(figures[n].both_cpu_us):.2f}" for n in names) + " |")
         print("| RSS after the backlog run (MiB) | "
               + " | ".join(f"{median(figures[n].rss):.0f}" for n in names) + " |")
 
