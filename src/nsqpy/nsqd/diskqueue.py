@@ -310,7 +310,7 @@ class DiskQueue:
             want = limit - start
             bad = None
             if messages:
-                run = same_size_run(buf, off, n, want, lo, hi, n)
+                run = same_size_run(buf, off, n, want, lo, hi, n - off)  # no byte budget here
                 if run is not None:  # records of one size, decoded in blocks
                     size, count = run
                     out += same_size_messages(buf, off, size, count)

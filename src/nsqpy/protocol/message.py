@@ -35,7 +35,8 @@ def encode_message(msg_id: bytes, body: bytes, timestamp: int, attempts: int) ->
 
 
 def encode_message_frame(msg_id: bytes, body: bytes, timestamp: int, attempts: int) -> bytes:
-    """A complete frame of type 2 carrying one message (the hot path of delivery)."""
+    """A complete frame of type 2 carrying one message. (nsqd's delivery path, ``Channel._send``,
+    writes the same three pieces itself, packing the head once per run of alike messages.)"""
     return b"".join(
         (FRAME_HEAD_BEFORE_ID.pack(len(body) + 30, 2, timestamp, attempts & 0xFFFF), msg_id, body)
     )
