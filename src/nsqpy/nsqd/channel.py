@@ -196,25 +196,24 @@ class Channel:
         in_flight = client.in_flight
         append = client.out.append
         rate = client.sample_rate
-        sent = 0
+        if rate:  # sampled out: consumed, never delivered (upstream)
+            msgs = [m for m in msgs if random.randrange(100) <= rate]
         # a frame goes out as three pieces: its head before the id, the id, the body (the
         # connection joins them). Messages of one publish share the head's first part (size,
         # timestamp, attempts): it is packed again only when one of them changes.
         last_ts = last_size = last_attempts = None
         head = b""
+        delivered_attempts = 0
         for mid, body, ts, attempts in msgs:
-            if rate and random.randrange(100) > rate:
-                continue  # sampled out: consumed, never delivered (upstream)
-            size = len(body)
-            if ts is not last_ts or size != last_size or attempts is not last_attempts:
-                last_ts, last_size, last_attempts = ts, size, attempts
-                head = _pack_head_before_id(size + 30, 2, ts, (attempts + 1) & 0xFFFF)
+            if ts is not last_ts or attempts is not last_attempts or len(body) != last_size:
+                last_ts, last_size, last_attempts = ts, len(body), attempts
+                delivered_attempts = attempts + 1
+                head = _pack_head_before_id(last_size + 30, 2, ts, delivered_attempts & 0xFFFF)
             append(head)
             append(mid)
             append(body)
-            in_flight[mid] = (mid, body, ts, attempts + 1, deadline, now)
-            sent += 1
-        client.message_count += sent
+            in_flight[mid] = (mid, body, ts, delivered_attempts, deadline, now)
+        client.message_count += len(msgs)
         client.schedule_flush()
 
     # --- acknowledgements (called by the owning connection) ------------------------------------
