@@ -42,6 +42,14 @@ def test_a_run_is_one_command_with_the_ids_in_order():
     assert all(type(i) is bytes for i in out[0][2])
 
 
+@pytest.mark.parametrize("count", [255, 256, 257, 600])
+def test_long_runs_cross_the_unpack_blocks_in_order(count):
+    ids = [b"%016x" % (i * 7919) for i in range(count)]
+    data = b"".join(b"FIN " + i + b"\n" for i in ids) + b"FIN 01"
+    end, item = match_fin_run(data, 0)
+    assert end == count * 21 and item[2] == ids
+
+
 def test_only_exact_fin_lines_join_a_run():
     assert match_fin_run(b"FIN 0123456789abcdef\n", 0) is None  # a single FIN: the line parser
     assert match_fin_run(b"FIN 0123456789abcdef\r\nFIN 0123456789abcdef\n", 0) is None

@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import re
 import struct
-from itertools import chain
 
 #: the pseudo-command name of a run; no real command name can contain a space
 FIN_RUN = b"FIN "
 
 _LINE = 21  # len(b"FIN ") + 16 + len(b"\n")
 _RUN = re.compile(rb"(?:FIN [^ \r\n]{16}\n){2,}")
-# the ids of 64 whole lines in one unpack (in C) instead of a slice per line in Python
-_BLOCK = 64
-_BLOCK_IDS = struct.Struct("4x16sx" * _BLOCK)
-
+# the ids of up to 256 whole lines in one unpack (in C) instead of a slice per line in Python;
+# one struct per line count, made when first needed
+_BLOCK = 256
+_ID_STRUCTS: dict[int, struct.Struct] = {}
 
 def _all_fin_lines(run: bytes, n: int) -> bool:
     """``run`` is exactly ``n`` lines ``FIN <16 bytes without space, CR or LF>\n``: checked
@@ -58,8 +57,14 @@ def match_fin_run(buf: bytes | bytearray, pos: int) -> tuple[int, tuple] | None:
 
 def _ids(run: bytes, n: int) -> list[bytes]:
     """The 16-byte ids of the ``n`` whole FIN lines at the start of ``run``."""
-    whole = n - n % _BLOCK
-    ids = list(chain.from_iterable(_BLOCK_IDS.iter_unpack(memoryview(run)[:whole * _LINE]))) \
-        if whole else []
-    ids += [run[i:i + 16] for i in range(whole * _LINE + 4, n * _LINE, _LINE)]
+    ids: list[bytes] = []
+    at = 0
+    while n:
+        k = min(n, _BLOCK)
+        unpacker = _ID_STRUCTS.get(k)
+        if unpacker is None:
+            unpacker = _ID_STRUCTS[k] = struct.Struct("4x16sx" * k)
+        ids += unpacker.unpack_from(run, at)
+        at += k * _LINE
+        n -= k
     return ids
