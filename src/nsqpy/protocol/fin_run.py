@@ -15,17 +15,17 @@ the end of the buffer -- is left to the line parser, so behaviour is unchanged.
 from __future__ import annotations
 
 import re
-import struct
+
+from .repeated import RepeatedRecords
 
 #: the pseudo-command name of a run; no real command name can contain a space
 FIN_RUN = b"FIN "
 
 _LINE = 21  # len(b"FIN ") + 16 + len(b"\n")
 _RUN = re.compile(rb"(?:FIN [^ \r\n]{16}\n){2,}")
-# the ids of up to 256 whole lines in one unpack (in C) instead of a slice per line in Python;
-# one struct per line count, made when first needed
-_BLOCK = 256
-_ID_STRUCTS: dict[int, struct.Struct] = {}
+# the ids of whole lines cut out in C, up to 256 lines per unpack, not a slice per line
+_LINE_IDS = RepeatedRecords("4x16sx")
+
 
 def _all_fin_lines(run: bytes, n: int) -> bool:
     """``run`` is exactly ``n`` lines ``FIN <16 bytes without space, CR or LF>\n``: checked
@@ -58,13 +58,5 @@ def match_fin_run(buf: bytes | bytearray, pos: int) -> tuple[int, tuple] | None:
 def _ids(run: bytes, n: int) -> list[bytes]:
     """The 16-byte ids of the ``n`` whole FIN lines at the start of ``run``."""
     ids: list[bytes] = []
-    at = 0
-    while n:
-        k = min(n, _BLOCK)
-        unpacker = _ID_STRUCTS.get(k)
-        if unpacker is None:
-            unpacker = _ID_STRUCTS[k] = struct.Struct("4x16sx" * k)
-        ids += unpacker.unpack_from(run, at)
-        at += k * _LINE
-        n -= k
+    _LINE_IDS.unpack_into(ids, run, 0, n)
     return ids
