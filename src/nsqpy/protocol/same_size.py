@@ -7,7 +7,8 @@ record: a size, a bounds check and a copy per record in Python -- the largest pe
 of publishing and of delivering from disk. Very often every record in a batch has the same size
 (one producer's fixed-size records, the benchmarks' payloads). :func:`same_size_run` recognises
 that with column checks on the size fields (extended slices, C speed, nothing per record), and
-:func:`bodies` / :func:`messages` copy the records out 64 per ``struct.unpack_from`` call.
+:func:`bodies` / :func:`messages` copy the records out up to 64 per struct unpack
+(:mod:`.repeated`).
 
 When the records differ in size, or a size fails a limit, :func:`same_size_run` returns None
 and the caller's record-by-record loop reads them, so every error and its position are those
@@ -17,15 +18,14 @@ of the general path.
 from __future__ import annotations
 
 import struct
-from operator import itemgetter
+
+from .repeated import RepeatedRecords
 
 _BLOCK = 64
 _MIN_RUN = 8  # below this the record-by-record loops are as fast
-_MAX_CACHED = 64  # (kind, size) pairs whose Structs are kept
-_structs: dict[tuple[str, int], tuple[struct.Struct, struct.Struct]] = {}
+_MAX_CACHED = 64  # (kind, size) pairs whose unpackers are kept
+_unpackers: dict[tuple[str, int], RepeatedRecords] = {}
 _unpack_i32 = struct.Struct(">i").unpack_from
-_body_only = itemgetter(0)
-_as_message = itemgetter(2, 3, 0, 1)  # (timestamp, attempts, id, body) -> (id, body, ts, attempts)
 
 #: record payload layouts after the size field: an MPUB body, a disk record's message
 _FORMATS = {"body": "4x{}s", "message": "4xqH16s{}s"}
@@ -53,49 +53,28 @@ def same_size_run(buf: bytes | bytearray, pos: int, end: int, want: int, lo: int
     return size, n
 
 
-def _structs_for(kind: str, size: int) -> tuple[struct.Struct, struct.Struct]:
-    """A Struct reading ``_BLOCK`` records of this payload size, and one reading one record."""
+def _records(kind: str, size: int) -> RepeatedRecords:
+    """The unpacker of records of this kind and payload size (up to ``_BLOCK`` per call)."""
     key = (kind, size)
-    found = _structs.get(key)
+    found = _unpackers.get(key)
     if found is None:
-        if len(_structs) >= _MAX_CACHED:
-            _structs.clear()
+        if len(_unpackers) >= _MAX_CACHED:
+            _unpackers.clear()
         one = _FORMATS[kind].format(size if kind == "body" else size - _MESSAGE_HEADER)
-        found = _structs[key] = (struct.Struct(">" + one * _BLOCK), struct.Struct(">" + one))
+        found = _unpackers[key] = RepeatedRecords(one, largest=_BLOCK, order=">")
     return found
-
-
-def _flat_blocks(kind: str, buf: bytes | bytearray, pos: int, size: int, n: int) -> tuple[list, list]:
-    """The fields of ``n`` records: the whole blocks' fields in one flat list, and the tuples
-    of the records after them."""
-    block, one = _structs_for(kind, size)
-    stride = size + 4
-    full = n - n % _BLOCK
-    flat: list = []
-    unpack_from = block.unpack_from
-    for at in range(pos, pos + full * stride, _BLOCK * stride):
-        flat += unpack_from(buf, at)
-    rest: list = []
-    if full < n:
-        view = memoryview(buf)
-        try:
-            rest = list(one.iter_unpack(view[pos + full * stride:pos + n * stride]))
-        finally:
-            view.release()  # a bytearray cannot grow while a view of it exists
-    return flat, rest
 
 
 def bodies(buf: bytes | bytearray, pos: int, size: int, n: int) -> list[bytes]:
     """The bodies of ``n`` MPUB messages of ``size`` bytes at ``pos``."""
-    flat, rest = _flat_blocks("body", buf, pos, size, n)
-    flat += map(_body_only, rest)
-    return flat
+    out: list[bytes] = []
+    _records("body", size).unpack_into(out, buf, pos, n)
+    return out
 
 
 def messages(buf: bytes | bytearray, pos: int, size: int, n: int) -> list[tuple]:
     """``n`` disk records of ``size`` bytes at ``pos`` decoded as messages
     ``(id, body, timestamp, attempts)``; ``size`` must be at least the 26-byte header."""
-    flat, rest = _flat_blocks("message", buf, pos, size, n)
-    out = list(zip(flat[2::4], flat[3::4], flat[0::4], flat[1::4]))
-    out += map(_as_message, rest)
-    return out
+    flat: list = []  # timestamp, attempts, id, body of each record in turn
+    _records("message", size).unpack_into(flat, buf, pos, n)
+    return list(zip(flat[2::4], flat[3::4], flat[0::4], flat[1::4]))
