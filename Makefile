@@ -49,7 +49,7 @@ tests/js/node_modules/.installed: tests/js/package.json
 	cd tests/js && npm install --no-audit --no-fund --silent
 	touch $@
 
-# Etsy's statsd daemon, fed by nsqd's --statsd-address in tests/nsqd/test_statsd_daemon.py
+# Etsy's statsd daemon, fed by nsqd's --statsd-address in tests/nsqd/stats/test_statsd_daemon.py
 tests/statsd_daemon/node_modules/.installed: tests/statsd_daemon/package.json
 	cd tests/statsd_daemon && npm install --no-audit --no-fund --silent
 	touch $@

@@ -95,13 +95,15 @@ def micro(flags: list[str], batches: int, repeats: int) -> float:
     import asyncio
     import logging
 
+    from nsqpy.nsqd.lifecycle.controls import install
+    from nsqpy.nsqd.main import parse_options
     from nsqpy.nsqd.nsqd import NSQD
-    from nsqpy.nsqd.options import parse_options
 
     tmp = tempfile.mkdtemp(prefix="nsqlcmicro")
     asyncio.set_event_loop(asyncio.new_event_loop())
     try:
         nsqd = NSQD(parse_options([f"--data-path={tmp}", *flags]), logging.getLogger("bench"))
+        install(nsqd)  # the lifecycle controls, as the nsqd server installs them
         topic = nsqd.get_topic("t")
         channel = topic.get_channel("c")
         client = _Consumer()

@@ -120,7 +120,7 @@ def bench_scrape(args) -> None:
             samples = sum(1 for line in resp.read().splitlines() if not line.startswith(b"#"))
         print(f"/metrics samples: {samples:,}; RSS after scrapes {rss_mib(node.proc.pid):.1f} MiB")
         # the statsd formatting of one push, timed in this process on the node's own /stats
-        from nsqpy.nsqd.statsd import index_topics, pack_datagrams, stat_lines
+        from nsqpy.nsqd.stats.statsd import index_topics, pack_datagrams, stat_lines
 
         with urllib.request.urlopen(f"http://{node.http}/stats?format=json&include_clients=false",
                                     timeout=30) as resp:

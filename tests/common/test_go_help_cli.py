@@ -34,7 +34,7 @@ def run(binary: Path, *args: str) -> subprocess.CompletedProcess:
 
 def extension_flags(program: str) -> set[str]:
     """The nsqpy additions (``Flag.extension``) a program lists in its --help."""
-    modules = {"nsqd": "nsqpy.nsqd.options", "nsqlookupd": "nsqpy.lookupd.options",
+    modules = {"nsqd": "nsqpy.nsqd.main", "nsqlookupd": "nsqpy.lookupd.options",
                "nsqadmin": "nsqpy.admin.options"}
     if program not in modules:
         return set()

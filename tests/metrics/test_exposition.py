@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nsqpy.common.prometheus import Exposition, escape_label, format_value, labels
-from nsqpy.nsqd.metrics import backend_bytes
+from nsqpy.nsqd.stats.prometheus import backend_bytes
 
 pytestmark = pytest.mark.timeout(30)
 

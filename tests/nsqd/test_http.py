@@ -765,8 +765,8 @@ def _in_process(tmp_path, scenario):
     import aiohttp
 
     from nsqpy.nsqd.http import start_http
+    from nsqpy.nsqd.main import parse_options
     from nsqpy.nsqd.nsqd import NSQD
-    from nsqpy.nsqd.options import parse_options
 
     async def main():
         nsqd = NSQD(parse_options([f"--data-path={tmp_path}"]), logging.getLogger("test_http"))

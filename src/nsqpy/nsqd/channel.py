@@ -5,7 +5,7 @@ untracked by the garbage collector. The memory queue holds up to ``--mem-queue-s
 past that, and for as long as anything waits on disk, messages go to the disk backend so the
 stream stays first-in first-out and nothing on disk starves.
 
-In-flight messages live in their consumer's ordered dict (see :mod:`nsqpy.nsqd.client`), so a FIN
+In-flight messages live in their consumer's ordered dict (see :mod:`nsqpy.nsqd.v2.client`), so a FIN
 is one dict pop on the connection that received the message, and timeouts are found by walking
 each dict from its oldest entry. As upstream, a consumer that disconnects leaves its in-flight
 messages to time out (its dict is kept as an orphan until then). Deferred messages sit in one heap
@@ -20,24 +20,14 @@ import random
 import time
 from collections import deque
 from itertools import repeat, starmap
-from typing import TYPE_CHECKING
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
 from ..protocol.frames import encode_error
 from ..protocol.message import FRAME_HEAD_BEFORE_ID, encode_message
 from ..protocol.names import is_ephemeral
-from .bounded import trim
-from .dead_letter import drop_expired, requeue_disconnected, spent_ones_dead_lettered
-from .entity_config import init_channel
+from ..common.quantile import LatencyQuantiles
+from .hooks import Consumer, Host, Msg, TopicRef
 from .metadata import take_deferred_sidecar, write_deferred_sidecar
-from .quantile import LatencyQuantiles
-
-if TYPE_CHECKING:
-    from .client import ClientV2
-    from .nsqd import NSQD
-    from .topic import Topic
-
-Msg = tuple  # (id: bytes, body: bytes, timestamp_ns: int, attempts: int)
 
 _pack_head_before_id = FRAME_HEAD_BEFORE_ID.pack
 _monotonic = time.monotonic
@@ -46,7 +36,7 @@ _seq = itertools.count()
 
 
 class Channel:
-    def __init__(self, topic: "Topic", name: str, nsqd: "NSQD") -> None:
+    def __init__(self, topic: TopicRef, name: str, nsqd: Host) -> None:
         self.topic = topic
         self.topic_name = topic.name
         self.name = name
@@ -57,7 +47,7 @@ class Channel:
         self.queue_name = f"{topic.name}:{name}"
         self.backend = nsqd.make_backend(self.queue_name, self.ephemeral)
         self.deferred: list[tuple[float, int, Msg]] = []
-        self.clients: list["ClientV2"] = []
+        self.clients: list[Consumer] = []
         # in-flight dicts of consumers that disconnected: their messages time out as upstream's do
         self.orphans: list[dict[bytes, tuple]] = []
         # due times (unix ns) of deferred messages flushed to disk at the last shutdown
@@ -73,7 +63,13 @@ class Channel:
                     if pct else None)
         self._rr = 0
         self._dispatch_scheduled = False
-        init_channel(self)  # lifecycle settings (issue #13): max_attempts, msg_ttl_ns, bounds
+        # the lifecycle controls' knobs (see hooks.Lifecycle), upstream's behaviour until the
+        # controls set them: nothing bounded, expired, dead-lettered or requeued on disconnect
+        self.max_attempts = 0
+        self.msg_ttl_ns = 0
+        self.max_disk_bytes = 0
+        self.requeue_on_disconnect = False
+        nsqd.lifecycle.channel_created(self)
 
     # --- depth ---------------------------------------------------------------------------------
 
@@ -126,7 +122,7 @@ class Channel:
             raise
         self.nsqd.set_health_ok()
         if self.max_disk_bytes:
-            trim(self)
+            self.nsqd.lifecycle.trim(self)
 
     def requeue(self, msgs: list[Msg]) -> None:
         """Back into the queue after REQ 0, a timeout or a deferral; never loses a message."""
@@ -186,11 +182,11 @@ class Channel:
                 if msgs is None:
                     return
                 if self.msg_ttl_ns and msgs:
-                    msgs = drop_expired(self, msgs)
+                    msgs = self.nsqd.lifecycle.drop_expired(self, msgs)
                 if msgs:
                     self._send(client, msgs)
 
-    def _send(self, client: "ClientV2", msgs: list[Msg]) -> None:
+    def _send(self, client: Consumer, msgs: list[Msg]) -> None:
         now = _monotonic()
         deadline = now + client.msg_timeout
         in_flight = client.in_flight
@@ -218,7 +214,7 @@ class Channel:
 
     # --- acknowledgements (called by the owning connection) ------------------------------------
 
-    def _owner_error(self, client: "ClientV2", mid: bytes) -> str:
+    def _owner_error(self, client: Consumer, mid: bytes) -> str:
         for other in self.clients:
             if other is not client and mid in other.in_flight:
                 return "client does not own message"
@@ -227,7 +223,7 @@ class Channel:
                 return "client does not own message"
         return "ID not in flight"
 
-    def finish(self, client: "ClientV2", mid: bytes) -> None:
+    def finish(self, client: Consumer, mid: bytes) -> None:
         entry = client.in_flight.pop(mid, None)
         if entry is None:
             raise ClientError(E_FIN_FAILED, f"FIN {mid.decode(errors='replace')} failed "
@@ -238,7 +234,7 @@ class Channel:
         if self.e2e is not None:
             self.e2e.add(_time_ns() - entry[2])
 
-    def finish_many(self, client: "ClientV2", ids: list[bytes]) -> None:
+    def finish_many(self, client: Consumer, ids: list[bytes]) -> None:
         """A run of FINs from one read (see :mod:`nsqpy.protocol.fin_run`): each id exactly as
         :meth:`finish` treats it, in order; an unknown id adds its E_FIN_FAILED frame and the
         rest go on, as separate FIN commands would."""
@@ -268,7 +264,7 @@ class Channel:
             for entry in entries:
                 e2e.add(now_ns - entry[2])
 
-    def requeue_in_flight(self, client: "ClientV2", mid: bytes, delay: float) -> None:
+    def requeue_in_flight(self, client: Consumer, mid: bytes, delay: float) -> None:
         entry = client.in_flight.pop(mid, None)
         if entry is None:
             raise ClientError(E_REQ_FAILED, f"REQ {mid.decode(errors='replace')} failed "
@@ -278,14 +274,14 @@ class Channel:
         msg = entry[:4]
         if self.nsqd.replicator is not None:
             self.nsqd.replicator.attempts(self, [msg])
-        if self.max_attempts and not spent_ones_dead_lettered(self, [msg]):
+        if self.max_attempts and not self.nsqd.lifecycle.spent(self, [msg]):
             return  # delivered max_attempts times: moved to the dead-letter topic
         if delay <= 0:
             self.requeue([msg])
         else:
             heapq.heappush(self.deferred, (_monotonic() + delay, next(_seq), msg))
 
-    def touch(self, client: "ClientV2", mid: bytes) -> None:
+    def touch(self, client: Consumer, mid: bytes) -> None:
         entry = client.in_flight.pop(mid, None)
         if entry is None:
             raise ClientError(E_TOUCH_FAILED, f"TOUCH {mid.decode(errors='replace')} failed "
@@ -316,7 +312,7 @@ class Channel:
                 if self.nsqd.replicator is not None:
                     self.nsqd.replicator.attempts(self, msgs)
                 if self.max_attempts:
-                    msgs = spent_ones_dead_lettered(self, msgs)
+                    msgs = self.nsqd.lifecycle.spent(self, msgs)
                 self.requeue(msgs)
                 moved = True
         deferred = self.deferred
@@ -332,10 +328,10 @@ class Channel:
 
     # --- consumers -----------------------------------------------------------------------------
 
-    def add_client(self, client: "ClientV2") -> None:
+    def add_client(self, client: Consumer) -> None:
         self.clients.append(client)
 
-    def remove_client(self, client: "ClientV2") -> None:
+    def remove_client(self, client: Consumer) -> None:
         """A consumer left; like upstream, its in-flight messages stay until they time out."""
         try:
             self.clients.remove(client)
@@ -343,7 +339,7 @@ class Channel:
             return
         if client.in_flight:
             if self.requeue_on_disconnect and not self.exiting:
-                requeue_disconnected(self, client.in_flight)
+                self.nsqd.lifecycle.requeue_disconnected(self, client.in_flight)
             else:
                 self.orphans.append(client.in_flight)
             client.in_flight = {}

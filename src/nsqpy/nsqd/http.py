@@ -50,11 +50,10 @@ from ..common.goweb import ApiError, first_value, go_json, parse_query, topic_ch
 from ..common.log import NSQ_LEVEL_NUMBERS, set_level
 from ..protocol.commands import go_quote
 from ..protocol.names import is_valid_name
-from . import stats as nsq_stats
-from .bounded import Draining, QueueFull
-from .metrics import routes as metrics_routes
+from .hooks import PublishRefused
 from .options import _TLS_VERSIONS, config_key_map, topology_set
-from .replica_failover import adopt_request, replication_acked
+from .stats import snapshot as nsq_stats
+from .stats.prometheus import routes as metrics_routes
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -255,10 +254,7 @@ class HttpApi:
         self.config_flags = {k: f for k, f in config_key_map().items()
                              if k not in _CONFIG_HIDDEN and not f.extension}
         R = Route
-        from .lifecycle_http import lifecycle_routes
-
         self.router = Router([
-            *lifecycle_routes(self),
             R("GET", "/ping", self.ping),
             R("GET", "/info", self.info),
             R("POST", "/pub", self.pub, logged=False),
@@ -279,7 +275,7 @@ class HttpApi:
             R("PUT", "/debug/setblockrate", self.set_block_rate),
             R("POST", "/debug/freememory", self.free_memory),
             *metrics_routes(self.nsqd, R),
-            *([R("POST", "/replication/adopt", self.replication_adopt)] if nsqd.replicas else []),
+            *(route for provider in nsqd.http_routes for route in provider(self)),  # features'
         ])
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -430,7 +426,7 @@ class HttpApi:
                 topic.put_deferred(msgs[0], delay)
             elif msgs:
                 topic.put_many(msgs, nbytes)
-        except (Draining, QueueFull) as err:  # opt-in lifecycle controls (issue #13)
+        except PublishRefused as err:  # a drain, a full bounded queue (lifecycle/)
             raise ApiError(503, err.http_message) from None
         except OSError as err:
             self.logger.error("TOPIC(%s): failed to put %d message(s) - %s",
@@ -461,7 +457,7 @@ class HttpApi:
         msg = (self.nsqd.id_factory.next_id(), body, time.time_ns(), 0)
         self._put(topic, [msg], len(body), delay_ms / 1000.0)
         if self.nsqd.replicator is not None:
-            await replication_acked(self.nsqd)
+            await self._replicated()
         return _text("OK")
 
     async def mpub(self, request: web.Request, _: str) -> web.Response:
@@ -486,8 +482,14 @@ class HttpApi:
         msgs = [(mid, b, ts, 0) for mid, b in zip(ids, bodies)]
         self._put(topic, msgs, sum(map(len, bodies)))
         if self.nsqd.replicator is not None:
-            await replication_acked(self.nsqd)
+            await self._replicated()
         return _text("OK")
+
+    async def _replicated(self) -> None:
+        """In ``--replication-ack=sync`` mode a publish is answered once the peer stored it."""
+        acked = self.nsqd.replicator.acked()
+        if acked is not None:
+            await acked
 
     async def topic_create(self, request: web.Request, _: str) -> web.Response:
         self.nsqd.get_topic(self._topic_arg(_query(request)))
@@ -552,10 +554,6 @@ class HttpApi:
             channel.pause()
         self._persist_metadata()
         return _empty()
-
-    async def replication_adopt(self, request: web.Request, _: str) -> web.Response:
-        status, doc = adopt_request(self.nsqd, first_value(_query(request), "origin"))
-        return _json(doc, status)
 
     async def stats(self, request: web.Request, _: str) -> web.Response:
         query = _query(request)

@@ -1,4 +1,8 @@
-"""``nsqd`` console script: parse flags, run the daemon until SIGINT/SIGTERM, exit 0."""
+"""``nsqd`` console script: the whole command line, then the daemon until SIGINT/SIGTERM, exit 0.
+
+The command line is upstream's flags (``options.py``) plus each feature's own, marked as nsqpy
+additions: the lifecycle controls, replication and Prometheus ``/metrics``.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,32 @@ import gc
 import sys
 
 from ..common import daemon
+from ..common.flags import FlagError, FlagSet, reject_unimplemented
 from ..common.log import make_logger
-from .options import parse_options
+from .lifecycle.options import lifecycle_flags, validate_lifecycle
+from .options import Options, check_options, normalize_argv, upstream_flagset
+from .replication.options import replication_flags
+from .stats.prometheus import metrics_flags
+
+
+def build_flagset() -> FlagSet:
+    fs = upstream_flagset()
+    fs.add(*replication_flags(), *metrics_flags(), *lifecycle_flags())
+    return fs
+
+
+def parse_options(argv: list[str]) -> Options:
+    """Parse and validate nsqd's command line; FlagError describes any problem."""
+    fs = build_flagset()
+    values, explicit, positional = fs.parse(normalize_argv(argv))
+    if positional:
+        raise FlagError(f"unexpected arguments: {' '.join(positional)}")
+    if values["version"]:
+        return Options(values, explicit)
+    reject_unimplemented(fs, explicit, values)
+    check_options(values, explicit)
+    validate_lifecycle(values, explicit)
+    return Options(values, explicit)
 
 
 def tune_gc() -> None:
@@ -27,13 +55,14 @@ def release_startup_memory() -> None:
         pass
 
 
-async def _serve(opts) -> int:
+async def _serve(opts: Options) -> int:
     from .nsqd import NSQD
+    from .server import Server
 
     logger = make_logger("nsqd", opts.log_prefix, opts.log_level)
-    nsqd = NSQD(opts, logger)
+    server = Server(NSQD(opts, logger))
     # a port in use, a bad or locked data dir
-    return await daemon.serve("nsqd", logger, nsqd.start, nsqd.shutdown,
+    return await daemon.serve("nsqd", logger, server.start, server.shutdown,
                               start_errors=(OSError, RuntimeError, ValueError),
                               after_start=release_startup_memory)
 

@@ -1,4 +1,10 @@
-"""The NSQD object: topics, clients, health, the periodic queue scan, and the listeners' lifecycle."""
+"""The NSQD object: topics, clients, health, metadata, lookupd registration and the periodic scans.
+
+This is the core every other part of nsqd stands on. It opens no listener and imports no feature:
+the server (``server.py``) runs it, puts the V2 and HTTP listeners in front of it and installs the
+features the flags ask for through the hooks of ``hooks.py`` (``lifecycle``, ``replicator``,
+``replicas``, ``auth``, ``http_routes``).
+"""
 
 from __future__ import annotations
 
@@ -10,22 +16,20 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..common.addr import is_unix_socket, join_host_port, listen_socket
+from .. import NSQ_COMPAT_VERSION
 from ..protocol.commands import Limits
-from .. import NSQ_COMPAT_VERSION, version_string
 from ..protocol.message import MESSAGE_HEADER_SIZE, IdFactory
 from ..protocol.names import is_ephemeral, is_valid_name
 from .diskqueue import DiskQueue, DummyQueue
-from .entity_config import restore_config, with_config
+from .hooks import Lifecycle, Replication, RouteProvider, Upstream
 from .lookup import LookupdPeers
 from .metadata import METADATA_FILE, DataPathLock, atomic_write, encode_metadata, read_metadata
-from .drain import install_drain_signal
 from .options import Options, topology_set
 from .topic import Topic
 
 if TYPE_CHECKING:
     from .channel import Channel
-    from .client import ClientV2
+    from .hooks import Consumer
 
 SCAN_INTERVAL = 0.1  # upstream's QueueScanInterval
 BACKEND_TICK_INTERVAL = 0.25
@@ -37,7 +41,7 @@ class NSQD:
         self.logger = logger
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop()
         self.topics: dict[str, Topic] = {}
-        self.clients: dict[int, "ClientV2"] = {}
+        self.clients: dict[int, "Consumer"] = {}
         self.id_factory = IdFactory(options.node_id)
         self.limits = Limits(
             max_msg_size=options.max_msg_size,
@@ -47,28 +51,28 @@ class NSQD:
         )
         self.start_time = int(time.time())
         self.exiting = False
-        self.draining = False  # POST /drain or SIGUSR2 (see drain.py)
+        self.draining = False  # POST /drain or SIGUSR2 (see lifecycle/drain.py)
         self.internal_publish = False  # dead-lettering under way: a drain lets it publish
         self.health_error: str | None = None
         self.data_path = options.data_path or os.getcwd()
-        self.tcp_port = 0
+        self.tcp_port = 0  # the listeners' ports, once the server has them open
         self.http_port = 0
-        self._client_ids = itertools.count(1)
-        self._tcp_server: asyncio.AbstractServer | None = None
-        self._tasks: list[asyncio.Task] = []
-        self.http_runner: Any = None
-        self.https_runner: Any = None
         self.https_port = 0
-        self.tls_context: Any = None  # ssl.SSLContext with --tls-cert/--tls-key (see tls.py)
-        self.auth: Any = None  # auth.AuthClient with --auth-http-address
+        self._client_ids = itertools.count(1)
+        self._tasks: list[asyncio.Task] = []
         self._lock = DataPathLock(self.data_path)
         self._started = False  # metadata loaded: shutdown persists and flushes
         self._loading = False
         self._persist_scheduled = False
-        self.replicator: Any = None  # replicator.Replicator with --replicate-to
+        # --- hooks (hooks.py): what the server installs for the features the flags ask for ---
+        self.lifecycle: Lifecycle = Upstream()
+        self.http_routes: list[RouteProvider] = []
+        self.tls_context: Any = None  # ssl.SSLContext with --tls-cert/--tls-key (v2/tls.py)
+        self.auth: Any = None  # v2.auth.AuthClient with --auth-http-address
+        self.replicator: Replication | None = None  # with --replicate-to (replication/origin.py)
+        self.replicas: Any = None  # replication.peer.ReplicaHost with --accept-replicas
         #: a returning replicating origin delivers nothing until it has reconciled with its peer
         self.holding_delivery = False
-        self.replicas: Any = None  # replica_host.ReplicaHost with --accept-replicas
         self.lookup = LookupdPeers(options.lookupd_tcp_address, self.lookupd_identity,
                                    self.registrations, logger,
                                    max_body_size=options.max_body_size)
@@ -257,14 +261,22 @@ class NSQD:
         for topic in sorted(self.topics.values(), key=lambda t: t.name):
             if topic.ephemeral:
                 continue
-            channels = [with_config({"name": c.name, "paused": c.paused}, c)
+            channels = [self._entry({"name": c.name, "paused": c.paused}, c)
                         for c in sorted(topic.channels.values(), key=lambda c: c.name)
                         if not c.ephemeral]
-            topics.append(with_config({"name": topic.name, "paused": topic.paused,
+            topics.append(self._entry({"name": topic.name, "paused": topic.paused,
                                        "channels": channels or None}, topic))
         path = os.path.normpath(os.path.join(self.data_path, METADATA_FILE))
         self.logger.info("NSQ: persisting topic/channel metadata to %s", path)
         atomic_write(path, encode_metadata(topics))
+
+    def _entry(self, entry: dict[str, Any], owner: "Topic | Channel") -> dict[str, Any]:
+        """An nsqd.dat entry; a feature's settings go under an extra ``"config"`` key, which
+        upstream's decoder ignores (see lifecycle/config.py)."""
+        extra = self.lifecycle.persisted(owner)
+        if extra is not None:
+            entry["config"] = extra
+        return entry
 
     def load_metadata(self) -> None:
         """Recreate topics and channels (and their pause state) from nsqd.dat."""
@@ -285,7 +297,7 @@ class NSQD:
                     self.logger.warning("skipping creation of invalid topic %r", name)
                     continue
                 topic = self.get_topic(name)
-                restore_config(topic, t.get("config"))
+                self.lifecycle.restore(topic, t.get("config"))
                 if t.get("paused"):
                     topic.pause()
                 for c in t.get("channels") or []:
@@ -294,7 +306,7 @@ class NSQD:
                         self.logger.warning("skipping creation of invalid channel %r", cname)
                         continue
                     channel = topic.get_channel(cname)
-                    restore_config(channel, c.get("config"))
+                    self.lifecycle.restore(channel, c.get("config"))
                     if c.get("paused"):
                         channel.pause()
         finally:
@@ -305,10 +317,10 @@ class NSQD:
     def next_client_id(self) -> int:
         return next(self._client_ids)
 
-    def add_client(self, client: "ClientV2") -> None:
+    def add_client(self, client: "Consumer") -> None:
         self.clients[client.id] = client
 
-    def remove_client(self, client: "ClientV2") -> None:
+    def remove_client(self, client: "Consumer") -> None:
         self.clients.pop(client.id, None)
 
     # --- periodic work -------------------------------------------------------------------------
@@ -333,88 +345,41 @@ class NSQD:
                 for channel in list(topic.channels.values()):
                     channel.backend.tick(now)
 
-    # --- lifecycle -----------------------------------------------------------------------------
+    # --- running: the server (server.py) calls these in order around its listeners -------------
 
-    async def start(self) -> None:
-        from .connection import V2Connection
+    def keep_task(self, task: asyncio.Task) -> None:
+        """A background task that lives until shutdown (cancelled by :meth:`close`)."""
+        self._tasks.append(task)
+        task.add_done_callback(self._forget_task)
 
-        opts = self.options
-        self.logger.info("%s", version_string("nsqd"))  # upstream's first two lines
-        self.logger.info("ID: %d", opts.node_id)
-        if not os.path.isdir(self.data_path):
-            raise RuntimeError(f"--data-path={self.data_path} is not a directory")
-        from .auth import AuthClient
-        from .tls import server_context
-
-        self.tls_context = server_context(opts)
-        self.auth = AuthClient.from_options(opts, self.logger)
+    def open(self) -> None:
+        """Lock the data path (OSError / RuntimeError when another nsqd holds it)."""
         self._lock.acquire()
-        if opts.replicate_to or opts.accept_replicas:
-            from .replica_host import setup_replication
 
-            setup_replication(self)
+    def load(self) -> None:
+        """Recreate topics and channels from nsqd.dat, and write it back at once."""
         self.load_metadata()
         self.persist_metadata()
         self._started = True
-        addr = opts.tcp_address
-        if is_unix_socket(addr):
-            self._tcp_server = await self.loop.create_unix_server(lambda: V2Connection(self), addr)
-            self.tcp_port = -1
-        else:
-            self._tcp_server = await self.loop.create_server(  # dual-stack on 0.0.0.0, as Go
-                lambda: V2Connection(self), sock=listen_socket(addr))
-            self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
-        self.logger.info("TCP: listening on %s", _sockname(self._tcp_server))
-        if opts.http_address:
-            from .http import start_http
 
-            self.http_runner, self.http_port = await start_http(self, opts.http_address)
-        if self.tls_context is not None and opts.https_address:
-            from .http import start_http
-
-            self.https_runner, self.https_port = await start_http(self, opts.https_address,
-                                                                  self.tls_context)
+    def run(self) -> None:
+        """Start the periodic scans (in-flight timeouts, deferred messages, disk syncs)."""
         self._tasks.append(self.loop.create_task(self._scan_loop()))
         self._tasks.append(self.loop.create_task(self._backend_loop()))
-        from .statsd import start_statsd  # resolves --statsd-prefix; pushes with --statsd-address
 
-        statsd_task = start_statsd(self)
-        if statsd_task is not None:
-            self._tasks.append(statsd_task)
-        self.lookup.start()
-        if self.replicator is not None:
-            self.replicator.start()
-        if self.replicas is not None:
-            self.replicas.start()
-        install_drain_signal(self)
-
-    async def shutdown(self) -> None:
-        """Graceful exit: stop listening, close clients, flush queues to disk."""
-        if self.exiting:
-            return
-        self.exiting = True
-        if self._tcp_server is not None:
-            self.logger.info("TCP: closing %s", _sockname(self._tcp_server))
-            self._tcp_server.close()
+    def close_clients(self) -> None:
         for client in list(self.clients.values()):
             client.close_connection()
-        if self.http_runner is not None:
-            self.logger.info("HTTP: closing %s", _listen_name(self.http_runner))
-            await self.http_runner.cleanup()
-        if self.https_runner is not None:
-            self.logger.info("HTTPS: closing %s", _listen_name(self.https_runner))
-            await self.https_runner.cleanup()
-        if self.auth is not None:
-            await self.auth.close()
+
+    def persist_at_exit(self) -> None:
         if self._started:
             try:
                 self.persist_metadata()
             except OSError as err:
                 self.logger.error("failed to persist metadata - %s", err)
-        if self.replicator is not None:
-            await self.replicator.close()
-        if self.replicas is not None:
-            self.replicas.close()
+
+    async def close(self) -> None:
+        """Flush every queue to disk, leave nsqlookupd, stop the scans, unlock the data path."""
         self.logger.info("NSQ: closing topics")
         for topic in list(self.topics.values()):
             topic.close(flush=True)
@@ -425,18 +390,3 @@ class NSQD:
             task.cancel()
         self._lock.release()
         self.logger.info("NSQ: bye")
-
-
-def _listen_name(runner: Any) -> str:
-    """How upstream names an HTTP listener in its log: the socket path, or ``host:port``."""
-    name = runner.addresses[0] if runner.addresses else ""
-    return join_host_port(name[0], name[1]) if isinstance(name, tuple) else str(name)
-
-
-def _sockname(server: asyncio.AbstractServer) -> str:
-    sock = server.sockets[0]
-    name = sock.getsockname()
-    if sock.family == socket.AF_UNIX:
-        return str(name)
-    host, port = name[0], name[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

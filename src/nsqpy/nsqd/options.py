@@ -1,4 +1,7 @@
-"""nsqd's flags, with upstream's names, defaults, config keys and validation (reference §1.1)."""
+"""nsqd's options: upstream's flags with their names, defaults, config keys and validation
+(reference §1.1), and the ``Options`` every part of nsqd reads. The features' own flags live with
+them (``lifecycle/options.py``, ``replication/options.py``, ``stats/prometheus.py``); ``main.py``
+puts the whole command line together."""
 
 from __future__ import annotations
 
@@ -8,10 +11,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..common.flags import (
-    Flag, FlagError, FlagSet, extensions, go_quote, parse_duration, reject_unimplemented, server_flags,
-)
-from .lifecycle_options import lifecycle_flags, validate_lifecycle
+from ..common.flags import Flag, FlagError, FlagSet, go_quote, server_flags
 
 
 def default_node_id(hostname: str | None = None) -> int:
@@ -41,13 +41,8 @@ def _tls_min_version(raw: str) -> str:
     return t
 
 
-def _replication_ack(raw: str) -> str:
-    if raw not in ("sync", "async"):
-        raise ValueError(f"--replication-ack must be sync or async, not {raw!r}")
-    return raw
-
-
-def build_flagset() -> FlagSet:
+def upstream_flagset() -> FlagSet:
+    """Upstream v1.3.0's flags; the features add theirs in ``main.build_flagset``."""
     host = socket.gethostname()
     fs = FlagSet("nsqd")
     fs.add(*server_flags("nsqd"))
@@ -115,26 +110,8 @@ def build_flagset() -> FlagSet:
         F("deflate", True, "enable deflate feature negotiation (client compression)", kind="bool"),
         F("max-deflate-level", 6, "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)", kind="int"),
         F("snappy", True, "enable snappy feature negotiation (client compression)", kind="bool"),
-        # replication (nsqpy, opt-in; docs/replication.md)
-        *extensions(
-            F("replicate-to", "", "<addr>:<port> of a peer nsqd's TCP listener that stores a replica of every message (nsqpy)"),
-            F("replication-ack", "sync", "sync: a publish is answered after the peer stored it; async: at once (nsqpy)",
-              parse=_replication_ack),
-            F("replication-failover-timeout", 15.0, "how long an origin must be unreachable before its replica is adopted (nsqpy)",
-              kind="duration"),
-            F("accept-replicas", False, "accept replication links from other nsqd (implied by --replicate-to) (nsqpy)",
-              kind="bool"),
-            F("replication-tls", False, "upgrade the replication link to TLS: the peer is verified with --tls-root-ca-file "
-              "(or the system's CAs) and --tls-cert/--tls-key are presented as the client certificate (nsqpy)",
-              kind="bool"),
-            F("replication-auth-secret", "", "secret the replication link sends with AUTH when the peer requires it; the "
-              "peer's auth server must grant it publish and subscribe on topic/channel nsqpy-replication (nsqpy)"),
-            F("metrics", True, "serve Prometheus metrics at GET /metrics on the HTTP(S) listeners "
-              "(nsqpy addition; --metrics=false to turn off)", kind="bool"),
-        ),
         F("enable-experiment", [], "enable experimental feature (may be given multiple times) (valid options: \"topology-aware-consumption\")",
           kind="list", implemented=False, hidden=True),
-        *lifecycle_flags(),
     )
     return fs
 
@@ -153,17 +130,9 @@ class Options:
             raise AttributeError(name) from None
 
 
-def parse_options(argv: list[str]) -> Options:
-    """Parse and validate nsqd's command line; FlagError describes any problem."""
-    fs = build_flagset()
-    # --tls-required is a bool-style flag in Go: given alone it means "true"
-    argv = [a + "=true" if a in ("-tls-required", "--tls-required") else a for a in argv]
-    values, explicit, positional = fs.parse(argv)
-    if positional:
-        raise FlagError(f"unexpected arguments: {' '.join(positional)}")
-    if values["version"]:
-        return Options(values, explicit)
-    reject_unimplemented(fs, explicit, values)
+def check_options(values: dict[str, Any], explicit: set[str]) -> None:
+    """Upstream's validation of its own flags (FlagError describes a problem); also settles the
+    values upstream derives from others."""
     pct = []
     for raw in values["e2e_processing_latency_percentile"]:
         try:
@@ -182,10 +151,13 @@ def parse_options(argv: list[str]) -> Options:
         raise FlagError("--mem-queue-size must be >= 0")
     if values["auth_http_request_method"] not in ("get", "post"):
         raise FlagError("--auth-http-request-method must be post or get")
-    validate_lifecycle(values, explicit)
     if values["tls_client_auth_policy"] and values["tls_required"] == "false":
         values["tls_required"] = "true"  # upstream: any client-auth policy forces TLS
-    return Options(values, explicit)
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """``--tls-required`` is a bool-style flag in Go: given alone it means "true"."""
+    return [a + "=true" if a in ("-tls-required", "--tls-required") else a for a in argv]
 
 
 def topology_set(opts: "Options") -> bool:
@@ -194,9 +166,6 @@ def topology_set(opts: "Options") -> bool:
 
 
 def config_key_map() -> dict[str, Flag]:
-    """``/config/:opt`` keys (cfg names) → flags."""
-    return {f.key: f for f in build_flagset().flags if f.name not in ("config", "version")}
-
-
-__all__ = ["Options", "parse_options", "build_flagset", "default_node_id", "parse_duration",
-           "config_key_map", "topology_set", "_TLS_VERSIONS"]
+    """``/config/:opt`` keys (cfg names) → flags: upstream's only (nsqpy's own flags are not
+    options there, as upstream answers ``INVALID_OPTION`` for any name it lacks)."""
+    return {f.key: f for f in upstream_flagset().flags if f.name not in ("config", "version")}

@@ -10,25 +10,21 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from ..protocol.message import encode_message
 from ..protocol.names import is_ephemeral
-from .bounded import trim
-from .channel import Channel, Msg
-from .entity_config import init_topic
+from ..common.quantile import merged_result
+from .channel import Channel
+from .hooks import Host, Msg
 from .metadata import take_deferred_sidecar, write_deferred_sidecar
-from .quantile import merged_result
-
-if TYPE_CHECKING:
-    from .nsqd import NSQD
 
 PUMP_BATCH = 1000
 _monotonic = time.monotonic
 
 
 class Topic:
-    def __init__(self, name: str, nsqd: "NSQD") -> None:
+    def __init__(self, name: str, nsqd: Host) -> None:
         self.name = name
         self.nsqd = nsqd
         self.ephemeral = is_ephemeral(name)
@@ -46,7 +42,11 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self._pump_scheduled = False
-        init_topic(self)  # lifecycle settings (issue #13); sets self.guard (None when unused)
+        # the lifecycle controls' knobs (see hooks.Lifecycle), upstream's behaviour until set:
+        # ``guard`` runs before every publish when a drain or a rejecting bound needs it
+        self.guard: Callable[[Topic], None] | None = None
+        self.max_disk_bytes = 0
+        nsqd.lifecycle.topic_created(self)
 
     @property
     def depth(self) -> int:
@@ -60,7 +60,7 @@ class Topic:
     def put_many(self, msgs: list[Msg], nbytes: int) -> None:
         """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED)."""
         if self.guard is not None:
-            self.guard(self)  # drain / full bounded queue: raises an OSError subclass
+            self.guard(self)  # a drain, a full bounded queue: raises PublishRefused
         held = not (self._flowing() and not self.mem and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
@@ -113,7 +113,7 @@ class Topic:
             raise
         self.nsqd.set_health_ok()
         if self.max_disk_bytes:
-            trim(self)
+            self.nsqd.lifecycle.trim(self)
 
     # --- the pump ------------------------------------------------------------------------------
 

@@ -1,0 +1,479 @@
+"""The origin side of replication (``--replicate-to``): ship every publish, FIN and channel event.
+
+Topics, channels and nsqd call the ``published``/``pumped``/``finished``/``channel_*`` hooks
+synchronously; the records of one event-loop turn are joined into one batch that ``_ship``
+writes at the end of the turn (one ``call_soon``, no Task per message). Each batch is answered
+``OK <seq>`` by the peer once stored; with ``--replication-ack=sync`` publishers' answers wait in
+``_inflight`` for that ack, so one round trip per loop turn is shared by every waiting publisher.
+
+While the link is down the node is *degraded* (docs/replication.md §6): publishers are answered
+at once (their message exists once, on this node), MSG records are not kept, and the small
+records (FINs, channel events, pumps) are kept, bounded, and shipped when the link returns,
+after the batches that were unacked when it dropped, followed by a SYNC of the channel map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from ...client.connection import NSQConnection
+from ...client.errors import NSQError
+from ...client.options import ConnectionOptions
+from ...common.addr import split_host_port
+from ...protocol.commands import MAGIC_V2
+from ...protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
+from .reship import drop_adopted, reship_records
+from ..v2.tls import client_context
+from ...protocol.replication import (
+    CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msg_owed, enc_msgs, enc_pumped,
+    enc_sync,
+    enc_topic_del, encode_batch, encode_rsub, parse_ack,
+)
+
+if TYPE_CHECKING:
+    from ..channel import Channel
+    from ..nsqd import NSQD
+    from ..topic import Topic
+
+INCARNATION_FILE = "nsqd.replication.json"
+RECONNECT_INTERVAL = 1.0
+KEEPALIVE_INTERVAL = 1.0
+ACK_TIMEOUT = 5.0               # no ack progress for this long (with batches unacked): peer gone
+MAX_UNACKED_BYTES = 64 << 20    # async: past this much unacked, publishes are not shipped
+MAX_DEGRADED_BYTES = 16 << 20   # small records kept while the link is down
+RESHIP_BATCH_BYTES = 1 << 20
+SYNC_WINDOW = 4  # sync mode: batches in flight before new records wait for an ack (bigger batches)
+
+
+def load_incarnation(data_path: str) -> str:
+    """This data directory's incarnation id, created the first time replication is used."""
+    path = os.path.join(data_path, INCARNATION_FILE)
+    try:
+        with open(path, "rb") as f:
+            inc = json.loads(f.read())["incarnation"]
+        int(inc, 16)
+        if len(inc) == 16:
+            return inc
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    inc = secrets.token_hex(8)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps({"incarnation": inc}))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return inc
+
+
+def link_client_options(opts: Any) -> ConnectionOptions | None:
+    """How the link handshakes like a V2 client; None for the plain link (magic, RSUB)."""
+    if not opts.replication_tls and not opts.replication_auth_secret:
+        return None
+    tls = None
+    if opts.replication_tls:
+        tls = client_context(opts)  # nsqd's outbound TLS: --tls-root-ca-file, --tls-min-version
+        if opts.tls_cert and opts.tls_key:
+            tls.load_cert_chain(opts.tls_cert, opts.tls_key)
+    return ConnectionOptions(heartbeat_interval=None, tls=tls,
+                             auth_secret=opts.replication_auth_secret or None,
+                             user_agent="nsqd-replication")
+
+
+class _Link(asyncio.Protocol):
+    """One TCP connection to the peer: RSUB, then batches out and acks in."""
+
+    def __init__(self, rep: "Replicator", magic: bool = True) -> None:
+        self.rep = rep
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder(1 << 20)
+        self.up = False
+        self.magic = magic  # False: the V2 handshake (IDENTIFY, TLS, AUTH) already happened
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        rep = self.rep
+        rsub = encode_rsub(rep.origin, rep.incarnation, rep.nsqd.http_port)
+        transport.write(MAGIC_V2 + rsub if self.magic else rsub)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameTooLarge as err:
+            self.rep.logger.error("REPLICATION: peer %s sent %s", self.rep.peer, err)
+            self.transport.abort()  # type: ignore[union-attr]
+            return
+        top = -1
+        for ftype, payload in frames:
+            if ftype == FRAME_TYPE_ERROR:
+                self.rep.logger.error("REPLICATION: peer %s refused: %s", self.rep.peer,
+                                      payload.decode(errors="replace"))
+                self.transport.close()  # type: ignore[union-attr]
+                return
+            if ftype != FRAME_TYPE_RESPONSE:
+                continue
+            if not self.up:
+                if payload.startswith(b"ADOPTED "):  # the peer delivered these after failover
+                    self.rep.adopted_ids.update(payload[i:i + 16]
+                                                for i in range(8, len(payload) - 15, 16))
+                elif payload.startswith(b"OK"):
+                    self.up = True
+                    self.rep._link_up(self)
+                continue
+            seq = parse_ack(payload)
+            if seq is not None:
+                top = seq
+        if top >= 0:
+            self.rep._acked(top)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.rep._link_down(self, exc)
+
+
+class Replicator:
+    def __init__(self, nsqd: "NSQD") -> None:
+        opts = nsqd.options
+        self.nsqd = nsqd
+        self.logger = nsqd.logger
+        self.peer: str = opts.replicate_to
+        self.sync = opts.replication_ack == "sync"
+        # the same incarnation coming back (restart, healed partition): the peer may have
+        # adopted some of its messages, so channels deliver nothing until the link says which
+        returning = os.path.exists(os.path.join(nsqd.data_path, INCARNATION_FILE))
+        self.incarnation = load_incarnation(nsqd.data_path)
+        nsqd.holding_delivery = returning
+        self._hold_timer: asyncio.TimerHandle | None = None
+        self._client_options = link_client_options(opts)
+        self.origin = ""  # broadcast address:tcp port, known once listening
+        self.link: _Link | None = None
+        self.state = "connecting"
+        self._parts: list[bytes] = []
+        self._fins: dict[tuple[str, str], list[bytes]] = {}
+        self._waiters: list[Callable[[], None]] = []
+        self._ship_scheduled = False
+        self._seq = 0
+        self._acked_seq = 0
+        # seq -> (batch bytes, waiters, time shipped), oldest first
+        self._inflight: dict[int, tuple[bytes, list, float]] = {}
+        self._unacked_bytes = 0
+        self._last_ack = 0.0
+        self._resend: list[bytes] = []  # records to ship again when the link returns
+        self._degraded_bytes = 0
+        self._task: asyncio.Task | None = None
+        self._closing = False
+        self.shipped_messages = 0
+        self.acked_batches = 0
+        self.degraded_messages = 0
+        self.events_dropped = False
+        self.connects = 0
+        self.adopted_ids: set[bytes] = set()
+        self.skipped_adopted = 0
+
+    # --- hooks (synchronous, from topics/channels/nsqd) -----------------------------------------
+
+    def _add(self, record: bytes) -> None:
+        if self._fins:
+            self._flush_fins()
+        self._parts.append(record)
+        if not self._ship_scheduled:
+            self._ship_scheduled = True
+            self.nsqd.loop.call_soon(self._ship)
+
+    def published(self, topic: "Topic", msgs: list[tuple], held: bool, due_ns: int = 0) -> None:
+        if self.link is None or (not self.sync and self._unacked_bytes > MAX_UNACKED_BYTES):
+            # degraded, or async with a peer this far behind: the message exists once
+            self.degraded_messages += len(msgs)
+            return
+        if self._fins:
+            self._flush_fins()
+        self._parts.append(enc_msgs(topic.name, msgs, due_ns, held))
+        if not self._ship_scheduled:
+            self._ship_scheduled = True
+            self.nsqd.loop.call_soon(self._ship)
+        self.shipped_messages += len(msgs)
+
+    def adopted(self, topic_name: str, msg: tuple, owed: frozenset[str], due_ns: int) -> None:
+        """A message this node adopted from another origin straight into channels ``owed``:
+        replicated onward like this node's own (in a ring, its loss is then survivable too).
+        Topic-held adopted messages go through the topic and :meth:`published` instead."""
+        if self.link is None:
+            self.degraded_messages += 1  # in the channel's queue: re-shipped on link-up
+            return
+        self._add(enc_msg_owed(topic_name, msg[0], msg[2], msg[3], due_ns, owed, msg[1]))
+        self.shipped_messages += 1
+
+    def pumped(self, topic: "Topic", ids: list[bytes]) -> None:
+        self._add(enc_pumped(topic.name, ids))
+
+    def finished(self, channel: "Channel", mid: bytes) -> None:
+        if channel.ephemeral:
+            return
+        key = (channel.topic_name, channel.name)
+        ids = self._fins.get(key)
+        if ids is None:
+            self._fins[key] = [mid]
+            if not self._ship_scheduled:
+                self._ship_scheduled = True
+                self.nsqd.loop.call_soon(self._ship)
+        else:
+            ids.append(mid)
+
+    def attempts(self, channel: "Channel", msgs: list[tuple]) -> None:
+        """Requeued (REQ/timeout) messages carry their attempts, so adoption keeps them."""
+        if channel.ephemeral or self.link is None:
+            return
+        for m in msgs:
+            self._add(enc_attempts(channel.topic_name, m[0], m[3]))
+
+    def channel_created(self, channel: "Channel") -> None:
+        if not channel.ephemeral:
+            self._add(enc_chan(CHAN_ADD, channel.topic_name, channel.name))
+
+    def channel_deleted(self, channel: "Channel") -> None:
+        if not channel.ephemeral:
+            self._add(enc_chan(CHAN_DEL, channel.topic_name, channel.name))
+
+    def channel_emptied(self, channel: "Channel") -> None:
+        self.channel_deleted(channel)
+        self.channel_created(channel)
+
+    def topic_deleted(self, topic: "Topic") -> None:
+        if not topic.ephemeral:
+            self._add(enc_topic_del(topic.name))
+
+    def topic_emptied(self, topic: "Topic") -> None:
+        if not topic.ephemeral:
+            self._add(enc_topic_del(topic.name, held_only=True))
+
+    def respond(self, client: Any, frame: bytes) -> None:
+        """A TCP publisher's OK: now (async, degraded) or once the peer has the batch (sync)."""
+        if self.sync and self.link is not None and self._parts:
+            self._waiters.append(lambda: _late_reply(client, frame))
+        else:
+            client.out.append(frame)
+
+    def acked(self) -> "asyncio.Future | None":
+        """For HTTP publishers: a future done when the current batch is stored by the peer."""
+        if not (self.sync and self.link is not None and self._parts):
+            return None
+        fut = self.nsqd.loop.create_future()
+        self._waiters.append(lambda: fut.done() or fut.set_result(None))
+        return fut
+
+    # --- shipping ------------------------------------------------------------------------------
+
+    def _flush_fins(self) -> None:
+        fins, self._fins = self._fins, {}
+        self._parts.extend(enc_fin(t, c, ids) for (t, c), ids in fins.items())
+
+    def _ship(self) -> None:
+        self._ship_scheduled = False
+        if self._fins:
+            self._flush_fins()
+        if not self._parts:
+            return
+        link = self.link
+        if self.sync and link is not None and len(self._inflight) >= SYNC_WINDOW:
+            return  # group commit: shipped with whatever else arrives, when an ack comes
+        records = b"".join(self._parts)
+        self._parts = []
+        waiters, self._waiters = self._waiters, []
+        if link is None or link.transport is None:
+            self._keep_while_down(records)
+            for w in waiters:
+                w()
+            return
+        self._seq += 1
+        batch = encode_batch(self._seq, records)
+        self._inflight[self._seq] = (batch, waiters, time.monotonic())
+        self._unacked_bytes += len(batch)
+        link.transport.write(batch)
+
+    def _keep_while_down(self, records: bytes) -> None:
+        """Degraded: MSG records were never added; keep the rest for the link's return."""
+        if self._degraded_bytes + len(records) > MAX_DEGRADED_BYTES:
+            self.events_dropped = True  # the peer's replica may keep finished messages: dups
+            return
+        self._resend.append(records)
+        self._degraded_bytes += len(records)
+
+    def _acked(self, seq: int) -> None:
+        if seq <= self._acked_seq:
+            return
+        self._acked_seq = seq
+        self._last_ack = time.monotonic()
+        inflight = self._inflight
+        done: list[Callable[[], None]] = []
+        while inflight:
+            first = next(iter(inflight))
+            if first > seq:
+                break
+            batch, waiters, _ = inflight.pop(first)
+            self._unacked_bytes -= len(batch)
+            self.acked_batches += 1
+            done.extend(waiters)
+        for w in done:
+            w()
+        if (self._parts or self._fins) and not self._ship_scheduled:
+            self._ship()  # what waited for room in the window
+
+    # --- the link's life -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        opts = self.nsqd.options
+        self.origin = f"{opts.broadcast_address}:{opts.broadcast_tcp_port or self.nsqd.tcp_port}"
+        self._task = self.nsqd.loop.create_task(self._run())
+        if self.nsqd.holding_delivery:
+            self._hold_timer = self.nsqd.loop.call_later(
+                self.nsqd.options.replication_failover_timeout, self._release_hold, False)
+
+    def _release_hold(self, reconciled: bool) -> None:
+        """Channels deliver again: reconciled with the peer, or it stayed unreachable for
+        --replication-failover-timeout (then availability wins; duplicates are possible)."""
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        if not self.nsqd.holding_delivery:
+            return
+        self.nsqd.holding_delivery = False
+        if not reconciled:
+            self.logger.warning("REPLICATION: peer %s unreachable for %.0fs; delivering without "
+                                "reconciling (what it adopted may be delivered twice)", self.peer,
+                                self.nsqd.options.replication_failover_timeout)
+        for topic in list(self.nsqd.topics.values()):
+            for channel in list(topic.channels.values()):
+                channel.dispatch()
+
+    async def _run(self) -> None:
+        host, port = split_host_port(self.peer)
+        while not self._closing:
+            if self.link is None:
+                try:
+                    await self._connect(host, port)
+                except (OSError, NSQError) as err:
+                    if self.state != "degraded" or self.connects == 0:
+                        self.logger.warning("REPLICATION: cannot reach peer %s - %s", self.peer, err)
+                    self.state = "degraded"
+                await asyncio.sleep(RECONNECT_INTERVAL)
+                continue
+            await asyncio.sleep(KEEPALIVE_INTERVAL)
+            link = self.link
+            if link is None or link.transport is None:
+                continue
+            if self._inflight:
+                oldest = next(iter(self._inflight.values()))[2]
+                if time.monotonic() - max(oldest, self._last_ack) > ACK_TIMEOUT:
+                    self.logger.error("REPLICATION: peer %s did not ack for %.0fs", self.peer,
+                                      ACK_TIMEOUT)
+                    link.transport.abort()
+                    continue
+            link.transport.write(encode_batch(0, b"", acked=False))  # keep-alive
+
+    async def _connect(self, host: str, port: int) -> None:
+        """Open the link: RSUB straight after the magic, or, with --replication-tls or
+        --replication-auth-secret, after a V2 client's handshake (IDENTIFY, TLS, AUTH) whose
+        socket is then handed to the link."""
+        loop = self.nsqd.loop
+        if self._client_options is None:
+            await loop.create_connection(lambda: _Link(self), host, port)
+            return
+        conn = NSQConnection(host, port, self._client_options)
+        await conn.connect()
+        if self._client_options.tls is not None and not conn.identify_response.get("tls_v1"):
+            conn.abort()
+            raise NSQError(f"{self.peer} did not negotiate TLS (is it started with --tls-cert?)")
+        transport = conn.detach()
+        link = _Link(self, magic=False)
+        transport.set_protocol(link)
+        link.connection_made(transport)
+
+    def _link_up(self, link: _Link) -> None:
+        """RSUB answered: resend what was unacked or kept while down, the channel map, and every
+        message held in memory (the peer may have lost its copy, or missed the degraded ones)."""
+        self.link = link
+        self.state = "up"
+        self.connects += 1
+        self.logger.info("REPLICATION: linked to peer %s (incarnation %s)", self.peer,
+                         self.incarnation)
+        if self.adopted_ids:
+            ids, self.adopted_ids = self.adopted_ids, set()
+            n = drop_adopted(self.nsqd, ids)
+            self.skipped_adopted += n
+            self.logger.warning("REPLICATION: peer %s had adopted %d of our messages after a "
+                                "failover; %d dropped from our queues", self.peer, len(ids), n)
+        self._release_hold(True)
+        if self._fins:
+            self._flush_fins()
+        # records of this turn not shipped yet (FINs...) go before the re-ship: a message
+        # FINished while the link was down must not look lost to the peer
+        resend, self._resend = self._resend + self._parts, []
+        self._parts = []
+        self._degraded_bytes = 0
+        channels = {t.name: {c.name for c in t.channels.values() if not c.ephemeral}
+                    for t in self.nsqd.topics.values() if not t.ephemeral}
+        resend.append(enc_sync(channels))
+        resend.extend(reship_records(self.nsqd, self.logger))
+        chunk: list[bytes] = []
+        size = 0
+        for records in resend + [b""]:  # the empty sentinel flushes the last chunk
+            if chunk and (not records or size + len(records) > RESHIP_BATCH_BYTES):
+                self._seq += 1
+                batch = encode_batch(self._seq, b"".join(chunk))
+                self._inflight[self._seq] = (batch, [], time.monotonic())
+                self._unacked_bytes += len(batch)
+                link.transport.write(batch)  # type: ignore[union-attr]
+                chunk, size = [], 0
+            chunk.append(records)
+            size += len(records)
+
+    def _link_down(self, link: _Link, exc: Exception | None) -> None:
+        if self.link is not link:
+            if not link.up and self.link is None:  # refused before RSUB was answered
+                self.state = "degraded"
+            return
+        self.link = None
+        self.state = "degraded"
+        self.logger.error("REPLICATION: link to peer %s lost (%s): degraded, publishes are held "
+                          "once until it returns", self.peer, exc or "closed")
+        # the unacked batches are shipped again on return; their publishers are answered now
+        waiters = [w for _, ws, _ in self._inflight.values() for w in ws] + self._waiters
+        self._resend = [b[b.index(b"\n") + 5:] for b, _, _ in self._inflight.values()]
+        self._degraded_bytes = sum(map(len, self._resend))
+        self._inflight.clear()
+        self._unacked_bytes = 0
+        self._waiters = []
+        self._parts = [p for p in self._parts if p[:1] != b"\x01"]
+        for w in waiters:
+            w()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+        if self._ship_scheduled:
+            self._ship()
+        link = self.link
+        if link is not None and link.transport is not None:
+            link.transport.close()
+
+    def stats(self) -> dict:
+        return {"peer": self.peer, "origin": self.origin, "incarnation": self.incarnation,
+                "ack": "sync" if self.sync else "async", "state": self.state,
+                "shipped_messages": self.shipped_messages, "acked_batches": self.acked_batches,
+                "unacked_batches": len(self._inflight), "unacked_bytes": self._unacked_bytes,
+                "degraded_messages": self.degraded_messages, "events_dropped": self.events_dropped,
+                "skipped_adopted": self.skipped_adopted}
+
+
+def _late_reply(client: Any, frame: bytes) -> None:
+    client.out.append(frame)
+    client.schedule_flush()
+
+
+__all__ = ["Replicator", "load_incarnation"]

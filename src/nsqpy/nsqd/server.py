@@ -1,0 +1,121 @@
+"""The nsqd program assembled: the core, its listeners and the features its flags ask for.
+
+Everything nsqd runs is started and stopped here, in one readable order (the order of upstream's
+log lines): the core (``NSQD``) is opened and loaded, the V2 TCP listener (``v2/``) and the HTTP
+API (``http.py``) are put in front of it, and the features are installed through the core's
+hooks: the lifecycle controls always (their settings can be turned on at run time over HTTP),
+TLS and the auth client with their flags, replication with ``--replicate-to`` or
+``--accept-replicas``, statsd with ``--statsd-address``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import Any
+
+from .. import version_string
+from ..common.addr import is_unix_socket, join_host_port, listen_socket
+from .http import start_http
+from .lifecycle.controls import install as install_lifecycle
+from .lifecycle.drain import install_drain_signal
+from .nsqd import NSQD
+from .stats.statsd import start_statsd
+from .v2.auth import AuthClient
+from .v2.connection import V2Connection
+from .v2.tls import server_context
+
+
+class Server:
+    """One running nsqd: ``start`` and ``shutdown`` are the daemon's two entry points."""
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self._tcp_server: asyncio.AbstractServer | None = None
+        self.http_runner: Any = None
+        self.https_runner: Any = None
+
+    async def start(self) -> None:
+        nsqd = self.nsqd
+        opts = nsqd.options
+        nsqd.logger.info("%s", version_string("nsqd"))  # upstream's first two lines
+        nsqd.logger.info("ID: %d", opts.node_id)
+        if not os.path.isdir(nsqd.data_path):
+            raise RuntimeError(f"--data-path={nsqd.data_path} is not a directory")
+        nsqd.tls_context = server_context(opts)
+        nsqd.auth = AuthClient.from_options(opts, nsqd.logger)
+        nsqd.open()
+        install_lifecycle(nsqd)
+        if opts.replicate_to or opts.accept_replicas:
+            from .replication.setup import setup_replication
+
+            setup_replication(nsqd)
+        nsqd.load()
+        await self._listen_tcp(opts.tcp_address)
+        if opts.http_address:
+            self.http_runner, nsqd.http_port = await start_http(nsqd, opts.http_address)
+        if nsqd.tls_context is not None and opts.https_address:
+            self.https_runner, nsqd.https_port = await start_http(nsqd, opts.https_address,
+                                                                  nsqd.tls_context)
+        nsqd.run()
+        statsd_task = start_statsd(nsqd)  # resolves --statsd-prefix; pushes with --statsd-address
+        if statsd_task is not None:
+            nsqd.keep_task(statsd_task)
+        nsqd.lookup.start()
+        if nsqd.replicator is not None:
+            nsqd.replicator.start()
+        if nsqd.replicas is not None:
+            nsqd.replicas.start()
+        install_drain_signal(nsqd)
+
+    async def _listen_tcp(self, addr: str) -> None:
+        nsqd = self.nsqd
+        if is_unix_socket(addr):
+            self._tcp_server = await nsqd.loop.create_unix_server(lambda: V2Connection(nsqd), addr)
+            nsqd.tcp_port = -1
+        else:
+            self._tcp_server = await nsqd.loop.create_server(  # dual-stack on 0.0.0.0, as Go
+                lambda: V2Connection(nsqd), sock=listen_socket(addr))
+            nsqd.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
+        nsqd.logger.info("TCP: listening on %s", _sockname(self._tcp_server))
+
+    async def shutdown(self) -> None:
+        """Graceful exit: stop listening, close clients, flush queues to disk."""
+        nsqd = self.nsqd
+        if nsqd.exiting:
+            return
+        nsqd.exiting = True
+        if self._tcp_server is not None:
+            nsqd.logger.info("TCP: closing %s", _sockname(self._tcp_server))
+            self._tcp_server.close()
+        nsqd.close_clients()
+        if self.http_runner is not None:
+            nsqd.logger.info("HTTP: closing %s", _listen_name(self.http_runner))
+            await self.http_runner.cleanup()
+        if self.https_runner is not None:
+            nsqd.logger.info("HTTPS: closing %s", _listen_name(self.https_runner))
+            await self.https_runner.cleanup()
+        if nsqd.auth is not None:
+            await nsqd.auth.close()
+        nsqd.persist_at_exit()
+        if nsqd.replicator is not None:
+            await nsqd.replicator.close()
+        if nsqd.replicas is not None:
+            nsqd.replicas.close()
+        await nsqd.close()
+
+
+def _listen_name(runner: Any) -> str:
+    """How upstream names an HTTP listener in its log: the socket path, or ``host:port``."""
+    name = runner.addresses[0] if runner.addresses else ""
+    return join_host_port(name[0], name[1]) if isinstance(name, tuple) else str(name)
+
+
+def _sockname(server: asyncio.AbstractServer) -> str:
+    sock = server.sockets[0]
+    name = sock.getsockname()
+    if sock.family == socket.AF_UNIX:
+        return str(name)
+    host, port = name[0], name[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
