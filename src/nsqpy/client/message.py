@@ -10,10 +10,23 @@ These methods must run on the event loop's thread. From another thread (e.g. a S
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .connection import NSQConnection
+
+class Responder(Protocol):
+    """The connection that delivered a message, as the message answers through it
+    (``connection.Responder`` is the one)."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def finish(self, msg: "Message") -> None: ...
+
+    def requeue(self, msg: "Message", delay: float | None, backoff: bool) -> None: ...
+
+    def touch(self, msg: "Message") -> None: ...
+
+    def touch_ids(self, ids: list[bytes]) -> None: ...
 
 
 class Message:
@@ -22,7 +35,7 @@ class Message:
     __slots__ = ("id", "body", "timestamp", "attempts", "conn", "responded", "auto_response")
 
     def __init__(
-        self, msg_id: bytes, body: bytes, timestamp: int, attempts: int, conn: NSQConnection
+        self, msg_id: bytes, body: bytes, timestamp: int, attempts: int, conn: Responder
     ) -> None:
         self.id = msg_id
         self.body = body
@@ -89,7 +102,7 @@ class MessageBatch:
 
     __slots__ = ("conn", "ids", "bodies", "timestamps", "attempts", "since")
 
-    def __init__(self, conn: NSQConnection) -> None:
+    def __init__(self, conn: Responder) -> None:
         self.conn = conn
         #: loop time of the delivery or of the last :meth:`touch`: nsqd's msg_timeout runs from it
         self.since = conn.loop.time()
