@@ -346,7 +346,7 @@ class NSQD:
         from .auth import AuthClient
         from .tls import server_context
 
-        self.tls_context = server_context(opts)
+        self.tls_context = server_context(opts, self.logger)
         self.auth = AuthClient.from_options(opts, self.logger)
         self._lock.acquire()
         if opts.replicate_to or opts.accept_replicas:
