@@ -49,6 +49,14 @@ ANY_CIPHER = "DEFAULT:@SECLEVEL=0"
 REFUSED = "refused"
 # Go 1.19's default suites below TLS 1.2 (an RSA certificate can use these four)
 GO_LEGACY_RSA = ["ECDHE-RSA-AES128-SHA", "ECDHE-RSA-AES256-SHA", "AES128-SHA", "AES256-SHA"]
+# Go's first choice for a client offering everything, with an RSA certificate
+GO_FIRST_CHOICE = {"tls1.0": "ECDHE-RSA-AES128-SHA", "tls1.1": "ECDHE-RSA-AES128-SHA",
+                   "tls1.2": "ECDHE-RSA-AES128-GCM-SHA256", "tls1.3": "TLS_AES_128_GCM_SHA256"}
+# what /stats says of such a client (upstream's prettyConnectionState names)
+STATS_NAMES = {"tls1.0": ("TLS1.0", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"),
+               "tls1.1": ("TLS1.1", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"),
+               "tls1.2": ("TLS1.2", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+               "tls1.3": ("TLS1.3", "Unknown 4865")}
 
 
 # --- certificates ------------------------------------------------------------------------------------
@@ -248,8 +256,8 @@ def test_each_version_against_min_version(start, rsa, key, min_version):
     got = outcomes(node)
     assert versions_only(got) == expected_versions(min_version)
     for (transport, version), result in got.items():
-        if result != REFUSED and version in ("tls1.0", "tls1.1"):
-            assert result[1] == "ECDHE-RSA-AES128-SHA", (transport, result)  # Go's first choice
+        if result != REFUSED:
+            assert result[1] == GO_FIRST_CHOICE[version], (transport, result)
     assert "Traceback" not in node.log()
 
 
@@ -285,19 +293,32 @@ def test_tls12_is_not_weakened(start, rsa, key):
     assert https_handshake(node, "tls1.2")[0] == "TLSv1.2"
 
 
-def test_stats_name_legacy_connections_as_upstream(start, rsa):
+def test_client_preferring_chacha20_gets_it(start, rsa):
+    node = start("ours", rsa.pairs["rsa2048"])
+    assert https_handshake(node, "tls1.2", "ECDHE-RSA-CHACHA20-POLY1305:ECDHE-RSA-AES128-GCM-SHA256"
+                           ) == ("TLSv1.2", "ECDHE-RSA-CHACHA20-POLY1305")
+    assert https_handshake(node, "tls1.3", ANY_CIPHER, "-ciphersuites", CHACHA_FIRST_13
+                           ) == ("TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256")
+
+
+CHACHA_FIRST_13 = "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384"
+
+
+def test_stats_name_each_version_as_upstream(start, rsa):
     node = start("ours", rsa.pairs["rsa1024"])
-    assert legacy_stats(node) == ("TLS1.0", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA")
+    assert {v: stats_names(node, v) for v in VERSIONS} == STATS_NAMES
 
 
-def legacy_stats(node: Node) -> tuple[str, str]:
-    wire = tcp_upgrade(node, client_ctx("tls1.0"), client_id="legacy")
+def stats_names(node: Node, version: str) -> tuple[str, str]:
+    """/stats ``tls_version`` and ``tls_cipher_suite`` of a producer connected at ``version``."""
+    client_id = f"at-{version}"
+    wire = tcp_upgrade(node, client_ctx(version), client_id=client_id)
     try:
         wire.pub(unique_name("st"), b"x")
         with urllib.request.urlopen(f"http://{node.http_address}/stats?format=json",
                                     timeout=5) as resp:
             doc = orjson.loads(resp.read())
-        [client] = [c for c in doc["producers"] if c["client_id"] == "legacy"]
+        [client] = [c for c in doc["producers"] if c["client_id"] == client_id]
         return client["tls_version"], client["tls_cipher_suite"]
     finally:
         wire.close()
@@ -353,13 +374,12 @@ def test_each_version_as_upstream(start, rsa, key, min_version):
     flag = f"--tls-min-version={min_version}"
     theirs = outcomes(start("upstream", rsa.pairs[key], flag))
     ours = outcomes(start("ours", rsa.pairs[key], flag))
-    assert versions_only(ours) == versions_only(theirs) == expected_versions(min_version)
-    legacy = {k: v for k, v in theirs.items() if k[1] in ("tls1.0", "tls1.1")}
-    assert {k: ours[k] for k in legacy} == legacy  # the same suite, too
+    assert versions_only(theirs) == expected_versions(min_version)
+    assert ours == theirs  # the same version and suite, or refused, everywhere
 
 
 @needs_upstream
-def test_legacy_suites_as_upstream(start, rsa, certs):
+def test_suites_and_stats_as_upstream(start, rsa, certs):
     candidates = GO_LEGACY_RSA + ["DHE-RSA-AES128-SHA", "CAMELLIA128-SHA", "ECDHE-ECDSA-AES128-SHA"]
     results = {}
     for which in ("upstream", "ours"):
@@ -370,7 +390,9 @@ def test_legacy_suites_as_upstream(start, rsa, certs):
              for v in ("tls1.0", "tls1.1") for c in candidates},
             {c: tcp_handshake(ec_node, "tls1.0", f"{c}:@SECLEVEL=0")
              for c in ("ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA", "ECDHE-RSA-AES128-SHA")},
-            legacy_stats(node))
+            {v: stats_names(node, v) for v in VERSIONS},
+            https_handshake(node, "tls1.3", ANY_CIPHER, "-ciphersuites", CHACHA_FIRST_13),
+            https_handshake(node, "tls1.2", "ECDHE-RSA-CHACHA20-POLY1305:ECDHE-RSA-AES128-GCM-SHA256"))
     assert results["ours"] == results["upstream"]
 
 

@@ -67,6 +67,14 @@ _LEGACY_SUITES = (
 )
 _LEGACY_CIPHER_LIST = ":".join(name for name, _ in _LEGACY_SUITES).encode()
 
+# Go 1.19's server preference among the TLS 1.2 suites both have (AES-128 before AES-256 before
+# ChaCha20, ECDSA before RSA) and at TLS 1.3; the context's other suites follow unchanged
+_GO_TLS12_FIRST = ("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256",
+                   "ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384",
+                   "ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-CHACHA20-POLY1305")
+_GO_TLS13_ORDER = b"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
+_SSL_OP_PRIORITIZE_CHACHA = 0x00200000  # a client that lists ChaCha20 first gets it, as in Go
+
 # OpenSSL's refusals of a certificate chain as too weak for the security level (ssl_security_cert)
 _TOO_WEAK = {
     "EE_KEY_TOO_SMALL": "key too small",
@@ -115,6 +123,7 @@ def server_context(opts: Any, logger: logging.Logger | None = None) -> ssl.SSLCo
     with warnings.catch_warnings():  # TLS 1.0/1.1 are deprecated in ssl; Go's default allows them
         warnings.simplefilter("ignore", DeprecationWarning)
         ctx.minimum_version = minimum
+    _prefer_as_go(ctx)
     default_level = ctx.security_level
     try:
         refusal = load_certificate(ctx, opts.tls_cert, opts.tls_key)
@@ -163,6 +172,26 @@ def client_context(opts: Any, own_certificate: bool = False) -> ssl.SSLContext:
     if own_certificate and opts.tls_cert and opts.tls_key:
         load_certificate(ctx, opts.tls_cert, opts.tls_key)
     return ctx
+
+
+def _prefer_as_go(ctx: ssl.SSLContext) -> None:
+    """Order the server's suites as Go's server prefers them, the set unchanged: a client then
+    gets the suite upstream would choose, and /stats names it as upstream does (most TLS 1.2
+    clients: ``TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256``). :mod:`ssl` cannot order the TLS 1.3
+    suites; that is done through ctypes, and left at OpenSSL's order should it fail."""
+    suites = [c["name"] for c in ctx.get_ciphers() if c["protocol"] != "TLSv1.3"]
+    first = [name for name in _GO_TLS12_FIRST if name in suites]
+    ctx.set_ciphers(":".join(first + [name for name in suites if name not in first]))
+    ctx.options |= _SSL_OP_PRIORITIZE_CHACHA
+    try:
+        lib = _libssl()
+        lib.SSL_CTX_set_ciphersuites.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.SSL_CTX_set_ciphersuites.restype = ctypes.c_int
+        ptr = _ssl_ctx_pointer(ctx, lib)
+        if ptr:
+            lib.SSL_CTX_set_ciphersuites(ptr, _GO_TLS13_ORDER)
+    except (OSError, AttributeError, ValueError, ImportError):
+        pass
 
 
 def load_certificate(ctx: ssl.SSLContext, certfile: str, keyfile: str) -> str:
