@@ -324,11 +324,16 @@ def stats_names(node: Node, version: str) -> tuple[str, str]:
         wire.close()
 
 
-@pytest.mark.parametrize("version", ["tls1.0", "tls1.2"])
-def test_small_client_certificate_verified(start, rsa, version):
-    node = start("ours", rsa.pairs["rsa1024"], "--tls-client-auth-policy=require-verify",
+@pytest.mark.parametrize("server_key, version, expected", [
+    ("rsa1024", "tls1.0", "TLSv1"), ("rsa1024", "tls1.2", "TLSv1.2"),
+    ("rsa1024", "tls1.3", "TLSv1.3"), ("rsa2048", "tls1.0", "TLSv1"),
+    ("rsa2048", "tls1.2", REFUSED),  # level 2 kept: Go takes it (docs/security.md)
+])
+def test_small_client_certificate_verified(start, rsa, server_key, version, expected):
+    node = start("ours", rsa.pairs[server_key], "--tls-client-auth-policy=require-verify",
                  f"--tls-root-ca-file={rsa.ca}")
-    assert tcp_handshake(node, version, cert=rsa.pairs["rsa1024"])[0] == OPENSSL_NAME[version]
+    got = tcp_handshake(node, version, cert=rsa.pairs["rsa1024"])
+    assert (got if got == REFUSED else got[0]) == expected
     assert tcp_handshake(node, version) == REFUSED  # no certificate: refused at every version
 
 
@@ -398,7 +403,9 @@ def test_suites_and_stats_as_upstream(start, rsa, certs):
 
 @needs_upstream
 def test_tls12_differences_from_upstream(start, rsa):
-    """The documented difference: Go 1.19 also takes these at TLS 1.2; ours does not."""
+    """The documented differences at TLS 1.2: Go 1.19 also takes SHA-1 CBC suites, RSA key
+    exchange, SHA-1 signatures and client keys below our level, ours does not; ours keeps the
+    ECDHE CBC-SHA256/384 suites it had, which Go lacks."""
     weak = [("ECDHE-RSA-AES128-SHA:@SECLEVEL=0",), ("AES128-GCM-SHA256:@SECLEVEL=0",),
             (ANY_CIPHER, "-sigalgs", "RSA+SHA1")]
     theirs = start("upstream", rsa.pairs["rsa2048"])
@@ -406,3 +413,14 @@ def test_tls12_differences_from_upstream(start, rsa):
     for args in weak:
         assert https_handshake(theirs, "tls1.2", *args)[0] == "TLSv1.2", args
         assert https_handshake(ours, "tls1.2", *args) == REFUSED, args
+    for cipher in ("ECDHE-RSA-AES128-SHA256", "ECDHE-RSA-AES256-SHA384"):  # kept from before
+        assert https_handshake(theirs, "tls1.2", cipher) == REFUSED, cipher
+        assert https_handshake(ours, "tls1.2", cipher) == ("TLSv1.2", cipher)
+    assert https_handshake(theirs, "tls1.2", "DHE-RSA-AES128-GCM-SHA256") == REFUSED
+    assert https_handshake(ours, "tls1.2", "DHE-RSA-AES128-GCM-SHA256") == REFUSED  # no DH params
+    policy = ("--tls-client-auth-policy=require-verify", f"--tls-root-ca-file={rsa.ca}")
+    theirs = start("upstream", rsa.pairs["rsa2048"], *policy)
+    ours = start("ours", rsa.pairs["rsa2048"], *policy)
+    small = rsa.pairs["rsa1024"]  # a client certificate under the server's security level
+    assert tcp_handshake(theirs, "tls1.2", cert=small)[0] == "TLSv1.2"
+    assert tcp_handshake(ours, "tls1.2", cert=small) == REFUSED
