@@ -59,7 +59,7 @@ STATS_NAMES = {"tls1.0": ("TLS1.0", "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"),
                "tls1.3": ("TLS1.3", "Unknown 4865")}
 
 
-# --- certificates ------------------------------------------------------------------------------------
+# --- certificates ---------------------------------------------------------------------------------
 
 @dataclass
 class RsaCerts:
@@ -78,7 +78,8 @@ def rsa(tmp_path_factory) -> RsaCerts:
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
              "-days", "2", "-subj", "/CN=nsqpy rsa test CA", cwd=d)
     (d / "leaf.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-                                "extendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n")
+                                "extendedKeyUsage=serverAuth,clientAuth\n"
+                                "basicConstraints=CA:FALSE\n")
     pairs = {}
     for bits in (1024, 2048):
         name = f"rsa{bits}"
@@ -91,7 +92,7 @@ def rsa(tmp_path_factory) -> RsaCerts:
     return RsaCerts(d / "ca.pem", pairs)
 
 
-# --- nsqd processes (ours or upstream's) -----------------------------------------------------------
+# --- nsqd processes (ours or upstream's) ----------------------------------------------------------
 
 class Node(ServerProcess):
     """An nsqd with TLS on free loopback ports, ready once its TCP, HTTP and HTTPS ports accept
@@ -145,7 +146,7 @@ def start(tmp_path):
         node.stop()
 
 
-# --- handshakes ------------------------------------------------------------------------------------
+# --- handshakes -----------------------------------------------------------------------------------
 
 def https_handshake(node: Node, version: str, cipher: str = ANY_CIPHER,
                     *extra: str) -> tuple[str, str] | str:
@@ -220,7 +221,7 @@ def versions_only(got: dict) -> dict:
     return {k: v if v == REFUSED else v[0] for k, v in got.items()}
 
 
-# --- the sans-I/O part: which clients get the legacy settings ---------------------------------------
+# --- the sans-I/O part: which clients get the legacy settings -------------------------------------
 
 @pytest.mark.parametrize("legacy, supported, expected", [
     (0x0301, None, 0x0301),                                  # TLS 1.0 client, no extension
@@ -236,7 +237,7 @@ def test_client_max_version(legacy, supported, expected):
     assert client_max_version(legacy, supported) == expected
 
 
-# --- ours, pinned ------------------------------------------------------------------------------------
+# --- ours, pinned ---------------------------------------------------------------------------------
 
 def test_small_key_starts_with_one_warning(start, rsa):
     small = start("ours", rsa.pairs["rsa1024"])
@@ -370,7 +371,7 @@ def test_replication_link_with_small_keys(start, rsa):
     wait_for(lambda: state() == "up", timeout=20, what="the replication link up over TLS")
 
 
-# --- side by side with upstream ----------------------------------------------------------------------
+# --- side by side with upstream -------------------------------------------------------------------
 
 @needs_upstream
 @pytest.mark.parametrize("key", ["rsa1024", "rsa2048"])
@@ -397,7 +398,8 @@ def test_suites_and_stats_as_upstream(start, rsa, certs):
              for c in ("ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA", "ECDHE-RSA-AES128-SHA")},
             {v: stats_names(node, v) for v in VERSIONS},
             https_handshake(node, "tls1.3", ANY_CIPHER, "-ciphersuites", CHACHA_FIRST_13),
-            https_handshake(node, "tls1.2", "ECDHE-RSA-CHACHA20-POLY1305:ECDHE-RSA-AES128-GCM-SHA256"))
+            https_handshake(node, "tls1.2",
+                            "ECDHE-RSA-CHACHA20-POLY1305:ECDHE-RSA-AES128-GCM-SHA256"))
     assert results["ours"] == results["upstream"]
 
 

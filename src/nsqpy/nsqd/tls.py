@@ -26,6 +26,8 @@ What Go accepts and OpenSSL's defaults refuse (upstream is built with Go 1.19):
   speak TLS 1.2 security level 0 and Go 1.19's default suites for those versions (its ECDHE and
   RSA AES-CBC-SHA suites, in its order; 3DES left out). TLS 1.2 and 1.3 connections keep the
   context's suites and level. ``--tls-min-version`` still decides which versions are refused.
+* **Suite order.** The same suites are preferred in Go's order (AES-128 first, ChaCha20 for a
+  client that lists it first), so a client negotiates, and ``/stats`` names, upstream's choice.
 
 Outbound contexts (the auth server, the replication link) stay TLS 1.2+ at OpenSSL's default
 level whatever ``--tls-min-version`` allows below 1.2; only the replication link, which presents
@@ -164,7 +166,7 @@ def client_context(opts: Any, own_certificate: bool = False) -> ssl.SSLContext:
 
     With ``own_certificate`` (the replication link) ``--tls-cert``/``--tls-key`` are presented as
     the client certificate; a key too small for the default level lowers it as the server side
-    does, which then also accepts peers' keys that small (the peers share the cluster's kind of key).
+    does, which then also accepts peers' keys that small (a cluster shares its kind of key).
     """
     ctx = ssl.create_default_context(cafile=opts.tls_root_ca_file or None)
     ctx.minimum_version = max(_MIN_VERSIONS.get(opts.tls_min_version, ssl.TLSVersion.TLSv1),
@@ -280,7 +282,7 @@ _TLS1_2 = 0x0303
 _EXT_SUPPORTED_VERSIONS = 43
 _HELLO_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
                              ctypes.c_void_p)
-_hello_lib: Any = None  # the libssl functions the callback calls, bound once by _serve_legacy_versions
+_hello_lib: Any = None  # the libssl the callback calls, bound by _serve_legacy_versions
 
 
 def client_max_version(legacy_version: int, supported_versions: bytes | None) -> int:
