@@ -43,7 +43,7 @@ class Server:
         nsqd.logger.info("ID: %d", opts.node_id)
         if not os.path.isdir(nsqd.data_path):
             raise RuntimeError(f"--data-path={nsqd.data_path} is not a directory")
-        nsqd.tls_context = server_context(opts)
+        nsqd.tls_context = server_context(opts, nsqd.logger)
         nsqd.auth = AuthClient.from_options(opts, nsqd.logger)
         nsqd.open()
         install_lifecycle(nsqd)

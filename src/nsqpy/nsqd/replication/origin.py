@@ -77,9 +77,8 @@ def link_client_options(opts: Any) -> ConnectionOptions | None:
         return None
     tls = None
     if opts.replication_tls:
-        tls = client_context(opts)  # nsqd's outbound TLS: --tls-root-ca-file, --tls-min-version
-        if opts.tls_cert and opts.tls_key:
-            tls.load_cert_chain(opts.tls_cert, opts.tls_key)
+        # nsqd's outbound TLS (--tls-root-ca-file, --tls-min-version), --tls-cert as client cert
+        tls = client_context(opts, own_certificate=True)
     return ConnectionOptions(heartbeat_interval=None, tls=tls,
                              auth_secret=opts.replication_auth_secret or None,
                              user_agent="nsqd-replication")

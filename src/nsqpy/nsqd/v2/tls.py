@@ -13,6 +13,26 @@ One server :class:`ssl.SSLContext` serves both the in-band ``tls_v1`` upgrade of
   (an unexpected OpenSSL/CPython layout), start-up refuses the policy rather than silently
   verifying or silently accepting nothing.
 
+What Go accepts and OpenSSL's defaults refuse (upstream is built with Go 1.19):
+
+* **Small keys.** Go serves any certificate; OpenSSL at Python's default security level 2 refuses
+  keys under 2048 bits RSA (``EE_KEY_TOO_SMALL``). Such a certificate is loaded at the highest
+  lower level that takes it (1 for a 1024-bit RSA key) and nsqd logs a warning once at start-up,
+  as clients on OpenSSL defaults will refuse it.
+* **TLS 1.0/1.1.** They have only SHA-1 CBC suites and SHA-1/MD5 handshake signatures, which
+  OpenSSL 3 allows at security level 0 only. Lowering the whole context would also let TLS 1.2
+  clients negotiate those, so the levels are chosen per connection: an OpenSSL ClientHello
+  callback (installed through ctypes, as for ``require``) gives a connection whose client cannot
+  speak TLS 1.2 security level 0 and Go 1.19's default suites for those versions (its ECDHE and
+  RSA AES-CBC-SHA suites, in its order; 3DES left out). TLS 1.2 and 1.3 connections keep the
+  context's suites and level. ``--tls-min-version`` still decides which versions are refused.
+* **Suite order.** The same suites are preferred in Go's order (AES-128 first, ChaCha20 for a
+  client that lists it first), so a client negotiates, and ``/stats`` names, upstream's choice.
+
+Outbound contexts (the auth server, the replication link) stay TLS 1.2+ at OpenSSL's default
+level whatever ``--tls-min-version`` allows below 1.2; only the replication link, which presents
+``--tls-cert`` itself, drops its level as far as that key needs (a cluster shares its kind of key).
+
 Connection details for ``/stats`` mimic upstream's ``prettyConnectionState``: ``TLS1.2`` style
 version names, and cipher suite names only for the thirteen suites upstream's switch knows
 (``Unknown <id>`` otherwise, e.g. ``Unknown 4865`` for TLS 1.3's TLS_AES_128_GCM_SHA256).
@@ -21,7 +41,9 @@ version names, and cipher suite names only for the thirteen suites upstream's sw
 from __future__ import annotations
 
 import ctypes
+import logging
 import ssl
+import warnings
 from typing import Any
 
 TLS_REQUIRED_FALSE = "false"
@@ -33,6 +55,33 @@ _MIN_VERSIONS = {
     "tls1.1": ssl.TLSVersion.TLSv1_1,
     "tls1.2": ssl.TLSVersion.TLSv1_2,
     "tls1.3": ssl.TLSVersion.TLSv1_3,
+}
+
+# Go 1.19's default suites that work below TLS 1.2, in its preference order (cipher_suites.go);
+# its 3DES suites are left out: 64-bit blocks on long-lived, high-volume connections (Sweet32)
+_LEGACY_SUITES = (
+    ("ECDHE-ECDSA-AES128-SHA", 0xC009),
+    ("ECDHE-RSA-AES128-SHA", 0xC013),
+    ("ECDHE-ECDSA-AES256-SHA", 0xC00A),
+    ("ECDHE-RSA-AES256-SHA", 0xC014),
+    ("AES128-SHA", 0x002F),
+    ("AES256-SHA", 0x0035),
+)
+_LEGACY_CIPHER_LIST = ":".join(name for name, _ in _LEGACY_SUITES).encode()
+
+# Go 1.19's server preference among the TLS 1.2 suites both have (AES-128 before AES-256 before
+# ChaCha20, ECDSA before RSA) and at TLS 1.3; the context's other suites follow unchanged
+_GO_TLS12_FIRST = ("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256",
+                   "ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384",
+                   "ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-CHACHA20-POLY1305")
+_GO_TLS13_ORDER = b"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
+_SSL_OP_PRIORITIZE_CHACHA = 0x00200000  # a client that lists ChaCha20 first gets it, as in Go
+
+# OpenSSL's refusals of a certificate chain as too weak for the security level (ssl_security_cert)
+_TOO_WEAK = {
+    "EE_KEY_TOO_SMALL": "key too small",
+    "CA_KEY_TOO_SMALL": "a CA key in the chain too small",
+    "CA_MD_TOO_WEAK": "a certificate in the chain signed with too weak a digest",
 }
 
 _VERSION_NAMES = {"TLSv1": "TLS1.0", "TLSv1.1": "TLS1.1", "TLSv1.2": "TLS1.2", "TLSv1.3": "TLS1.3"}
@@ -61,18 +110,32 @@ class TLSConfigError(RuntimeError):
 
 # --- contexts ----------------------------------------------------------------------------------
 
-def server_context(opts: Any) -> ssl.SSLContext | None:
-    """The server context, or None without ``--tls-cert``/``--tls-key`` (upstream's buildTLSConfig)."""
+def server_context(opts: Any, logger: logging.Logger | None = None) -> ssl.SSLContext | None:
+    """The server context, or None without ``--tls-cert``/``--tls-key`` (upstream's buildTLSConfig).
+
+    ``logger`` gets the start-up warnings: a key only a lowered security level accepts, and
+    TLS 1.0/1.1 allowed by ``--tls-min-version`` but impossible on this Python/OpenSSL build.
+    """
     if not opts.tls_cert and not opts.tls_key:
         if opts.tls_required != TLS_REQUIRED_FALSE:
             raise TLSConfigError("cannot require TLS client connections without TLS key and cert")
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = _MIN_VERSIONS.get(opts.tls_min_version, ssl.TLSVersion.TLSv1)
+    minimum = _MIN_VERSIONS.get(opts.tls_min_version, ssl.TLSVersion.TLSv1)
+    with warnings.catch_warnings():  # TLS 1.0/1.1 are deprecated in ssl; Go's default allows them
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ctx.minimum_version = minimum
+    _prefer_as_go(ctx)
+    default_level = ctx.security_level
     try:
-        ctx.load_cert_chain(opts.tls_cert, opts.tls_key)
+        refusal = load_certificate(ctx, opts.tls_cert, opts.tls_key)
     except (OSError, ssl.SSLError) as err:
         raise TLSConfigError(f"failed to build TLS config - {_describe(err)}") from None
+    if refusal and logger is not None:
+        logger.warning("TLS: %s: %s for OpenSSL's default security level %d (%s); served at "
+                       "level %d as upstream nsqd would, but clients on OpenSSL's defaults refuse "
+                       "it - use a 2048-bit RSA or an EC key", opts.tls_cert, _TOO_WEAK[refusal],
+                       default_level, refusal, ctx.security_level)
     if opts.tls_root_ca_file:
         try:
             ctx.load_verify_locations(cafile=opts.tls_root_ca_file)
@@ -90,21 +153,99 @@ def server_context(opts: Any) -> ssl.SSLContext | None:
                                  "Python/OpenSSL build; use require-verify")
     else:
         ctx.verify_mode = ssl.CERT_NONE
+    if minimum < ssl.TLSVersion.TLSv1_2 and not _serve_legacy_versions(ctx) and logger:
+        logger.warning("TLS: this Python/OpenSSL build cannot serve TLS 1.0/1.1 (no ClientHello "
+                       "callback reachable); --tls-min-version=%s serves TLS 1.2 and later",
+                       opts.tls_min_version)
     return ctx
 
 
-def client_context(opts: Any) -> ssl.SSLContext:
-    """Outbound HTTPS (the auth server): ``--tls-root-ca-file`` as the roots, else the system's."""
+def client_context(opts: Any, own_certificate: bool = False) -> ssl.SSLContext:
+    """Outbound TLS (the auth server, the replication link): ``--tls-root-ca-file`` as the roots,
+    else the system's; TLS 1.2 or ``--tls-min-version`` if higher, at OpenSSL's default level.
+
+    With ``own_certificate`` (the replication link) ``--tls-cert``/``--tls-key`` are presented as
+    the client certificate; a key too small for the default level lowers it as the server side
+    does, which then also accepts peers' keys that small (a cluster shares its kind of key).
+    """
     ctx = ssl.create_default_context(cafile=opts.tls_root_ca_file or None)
     ctx.minimum_version = max(_MIN_VERSIONS.get(opts.tls_min_version, ssl.TLSVersion.TLSv1),
                               ctx.minimum_version)
+    if own_certificate and opts.tls_cert and opts.tls_key:
+        load_certificate(ctx, opts.tls_cert, opts.tls_key)
     return ctx
+
+
+def _prefer_as_go(ctx: ssl.SSLContext) -> None:
+    """Order the server's suites as Go's server prefers them, the set unchanged: a client then
+    gets the suite upstream would choose, and /stats names it as upstream does (most TLS 1.2
+    clients: ``TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256``). :mod:`ssl` cannot order the TLS 1.3
+    suites; that is done through ctypes, and left at OpenSSL's order should it fail."""
+    suites = [c["name"] for c in ctx.get_ciphers() if c["protocol"] != "TLSv1.3"]
+    first = [name for name in _GO_TLS12_FIRST if name in suites]
+    ctx.set_ciphers(":".join(first + [name for name in suites if name not in first]))
+    ctx.options |= _SSL_OP_PRIORITIZE_CHACHA
+    try:
+        lib = _libssl()
+        lib.SSL_CTX_set_ciphersuites.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.SSL_CTX_set_ciphersuites.restype = ctypes.c_int
+        ptr = _ssl_ctx_pointer(ctx, lib)
+        if ptr:
+            lib.SSL_CTX_set_ciphersuites(ptr, _GO_TLS13_ORDER)
+    except (OSError, AttributeError, ValueError, ImportError):
+        pass
+
+
+def load_certificate(ctx: ssl.SSLContext, certfile: str, keyfile: str) -> str:
+    """Load the certificate chain and key, at a lower security level if the context's refuses them
+    as too weak (Go has no such floor): the highest level that takes them, the cipher list kept.
+
+    Returns the OpenSSL reason that made a lower level necessary, ``""`` when none was needed;
+    any other failure (and a chain even level 0 refuses) raises as :meth:`load_cert_chain` does.
+    """
+    try:
+        ctx.load_cert_chain(certfile, keyfile)
+        return ""
+    except ssl.SSLError as err:
+        if err.reason not in _TOO_WEAK:
+            raise
+        refusal = err
+    suites = ":".join(c["name"] for c in ctx.get_ciphers() if c["protocol"] != "TLSv1.3")
+    for level in range(ctx.security_level - 1, -1, -1):
+        ctx.set_ciphers(f"{suites}:@SECLEVEL={level}")
+        try:
+            ctx.load_cert_chain(certfile, keyfile)
+            return str(refusal.reason)
+        except ssl.SSLError as err:
+            if err.reason not in _TOO_WEAK:
+                raise
+    raise refusal
 
 
 def _describe(err: BaseException) -> str:
     if isinstance(err, OSError) and err.filename:
         return f"open {err.filename}: {err.strerror or err}"
     return str(err)
+
+
+# --- OpenSSL through ctypes: the SSL_CTX behind an SSLContext ------------------------------------
+
+def _libssl() -> ctypes.CDLL:
+    import _ssl
+
+    return ctypes.CDLL(_ssl.__file__)  # the symbols of the libssl that _ssl is linked with
+
+
+def _ssl_ctx_pointer(ctx: ssl.SSLContext, lib: ctypes.CDLL) -> int | None:
+    """The ``SSL_CTX *`` of ``ctx``: ``PySSLContext`` starts with ``PyObject_HEAD`` followed by
+    it. Checked by reading the context's options back through OpenSSL before anything is changed."""
+    get_options = lib.SSL_CTX_get_options
+    get_options.argtypes = [ctypes.c_void_p]
+    get_options.restype = ctypes.c_uint64
+    ptr = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+    if not ptr or get_options(ptr) != ctx.options:
+        return None
+    return ptr
 
 
 # --- "require": ask for a certificate, accept any ---------------------------------------------
@@ -116,22 +257,16 @@ _SSL_VERIFY_FAIL_IF_NO_PEER_CERT = 0x02
 
 
 def _accept_any_client_certificate(ctx: ssl.SSLContext) -> bool:
-    """Install an always-accepting OpenSSL verify callback on ``ctx`` (see the module doc).
-
-    ``PySSLContext`` starts with ``PyObject_HEAD`` followed by the ``SSL_CTX *``; the pointer is
-    checked by reading the verify mode back through OpenSSL before anything is changed.
-    """
+    """Install an always-accepting OpenSSL verify callback on ``ctx`` (see the module doc)."""
     try:
-        import _ssl
-
-        lib = ctypes.CDLL(_ssl.__file__)
+        lib = _libssl()
         get_mode = lib.SSL_CTX_get_verify_mode
         get_mode.argtypes = [ctypes.c_void_p]
         get_mode.restype = ctypes.c_int
         set_verify = lib.SSL_CTX_set_verify
         set_verify.argtypes = [ctypes.c_void_p, ctypes.c_int, _VERIFY_CB]
         set_verify.restype = None
-        ptr = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+        ptr = _ssl_ctx_pointer(ctx, lib)
         wanted = _SSL_VERIFY_PEER | _SSL_VERIFY_FAIL_IF_NO_PEER_CERT
         if not ptr or get_mode(ptr) != wanted:
             return False
@@ -141,12 +276,82 @@ def _accept_any_client_certificate(ctx: ssl.SSLContext) -> bool:
         return False
 
 
+# --- TLS 1.0/1.1: security level 0 and Go's suites, for those connections only ------------------
+
+_TLS1_2 = 0x0303
+_EXT_SUPPORTED_VERSIONS = 43
+_HELLO_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
+                             ctypes.c_void_p)
+_hello_lib: Any = None  # the libssl the callback calls, bound by _serve_legacy_versions
+
+
+def client_max_version(legacy_version: int, supported_versions: bytes | None) -> int:
+    """The highest TLS version a ClientHello offers: its ``supported_versions`` extension
+    (RFC 8446 §4.2.1; GREASE and non-TLS values skipped) when present, else ``legacy_version``."""
+    if supported_versions is None:
+        return legacy_version
+    listed = supported_versions[1:1 + supported_versions[0]] if supported_versions else b""
+    versions = [int.from_bytes(listed[i:i + 2], "big") for i in range(0, len(listed) - 1, 2)]
+    return max((v for v in versions if v >> 8 == 0x03), default=0)
+
+
+def _on_client_hello(ssl_ptr: int, alert: Any, arg: Any) -> int:
+    """OpenSSL's ClientHello callback: a client that cannot speak TLS 1.2 gets security level 0
+    and the legacy suites on its connection; any other keeps the context's. Always lets the
+    handshake go on (1): a failure here leaves the context's settings, which refuse TLS 1.0/1.1."""
+    try:
+        lib = _hello_lib
+        data = ctypes.POINTER(ctypes.c_ubyte)()
+        size = ctypes.c_size_t()
+        found = lib.SSL_client_hello_get0_ext(ssl_ptr, _EXT_SUPPORTED_VERSIONS,
+                                              ctypes.byref(data), ctypes.byref(size))
+        offered = ctypes.string_at(data, size.value) if found else None
+        if client_max_version(lib.SSL_client_hello_get0_legacy_version(ssl_ptr), offered) < _TLS1_2:
+            lib.SSL_set_security_level(ssl_ptr, 0)
+            lib.SSL_set_cipher_list(ssl_ptr, _LEGACY_CIPHER_LIST)
+    except Exception:  # noqa: BLE001 - nothing may escape into OpenSSL's handshake
+        pass
+    return 1
+
+
+_hello_callback = _HELLO_CB(_on_client_hello)  # kept alive for the process lifetime
+
+
+def _serve_legacy_versions(ctx: ssl.SSLContext) -> bool:
+    """Install :func:`_on_client_hello` on ``ctx``; False if this build does not allow it."""
+    global _hello_lib
+    try:
+        lib = _libssl()
+        lib.SSL_client_hello_get0_legacy_version.argtypes = [ctypes.c_void_p]
+        lib.SSL_client_hello_get0_legacy_version.restype = ctypes.c_uint
+        lib.SSL_client_hello_get0_ext.argtypes = [
+            ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.POINTER(ctypes.c_ubyte)),
+            ctypes.POINTER(ctypes.c_size_t)]
+        lib.SSL_client_hello_get0_ext.restype = ctypes.c_int
+        lib.SSL_set_security_level.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.SSL_set_security_level.restype = None
+        lib.SSL_set_cipher_list.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.SSL_set_cipher_list.restype = ctypes.c_int
+        set_cb = lib.SSL_CTX_set_client_hello_cb
+        set_cb.argtypes = [ctypes.c_void_p, _HELLO_CB, ctypes.c_void_p]
+        set_cb.restype = None
+        ptr = _ssl_ctx_pointer(ctx, lib)
+        if not ptr:
+            return False
+        _hello_lib = lib
+        set_cb(ptr, _hello_callback, None)
+        return True
+    except (OSError, AttributeError, ValueError, ImportError):
+        return False
+
+
 # --- connection details ------------------------------------------------------------------------
 
 def _suite_ids(ctx: ssl.SSLContext) -> dict[str, int]:
     ids = getattr(ctx, "_nsq_suite_ids", None)
     if ids is None:
-        ids = {c["name"]: c["id"] & 0xFFFF for c in ctx.get_ciphers()}
+        ids = dict(_LEGACY_SUITES)  # set per connection, not in the context's list
+        ids.update((c["name"], c["id"] & 0xFFFF) for c in ctx.get_ciphers())
         try:
             ctx._nsq_suite_ids = ids  # type: ignore[attr-defined]
         except AttributeError:
