@@ -18,7 +18,7 @@ import pytest
 from admin.admin_util import request, start_cluster, wait_until
 from admin.browser_util import expect
 from helpers.servers import unique_name
-from nsqpy.admin.clusterinfo import Producer, TopicStats
+from nsqpy.admin.stats import Producer, TopicStats
 from nsqpy.admin.live import LiveHistory
 from nsqpy.client.consumer import Consumer
 from nsqpy.client.threaded import LoopThread

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from nsqpy.admin.clusterinfo import E2eAggregate, Producer, qs_escape, semver_key
-from nsqpy.admin.http import decode_body, warn_message
+from nsqpy.admin.clusterinfo import qs_escape
+from nsqpy.admin.stats import E2eAggregate, Producer, semver_key
+from nsqpy.admin.body import decode_body
+from nsqpy.admin.respond import warn_message
 from nsqpy.admin.options import normalize_base_path, parse_options
 
 pytestmark = pytest.mark.timeout(10)
@@ -27,12 +29,19 @@ def test_decode_body(raw, expected):
     (b"   ", "EOF"),
     (b"x", "invalid character 'x' looking for beginning of value"),
     (b'{"action":', "unexpected EOF"),
-    (b"[]", "json: cannot unmarshal array into Go value of type struct"),
+    (b"[]", 'json: cannot unmarshal array into Go value of type struct { Action string '
+            '"json:\\"action\\"" }'),
+    (b"{junk", "invalid character 'j' looking for beginning of object key string"),
+    (b"nope", "invalid character 'o' in literal null (expecting 'u')"),
+    (b'{"a":1 2}', "invalid character '2' after object key:value pair"),
+    (b"1x", 'json: cannot unmarshal number into Go value of type struct { Action string '
+            '"json:\\"action\\"" }'),
     (b'{"action":1}', "json: cannot unmarshal number into Go struct field .action of type string"),
 ])
 def test_decode_body_errors(raw, message):
-    with pytest.raises(ValueError, match="^" + message.replace("[", r"\[").replace(".", r"\.") + "$"):
+    with pytest.raises(ValueError) as err:
         decode_body(raw, ("action",))
+    assert str(err.value) == message
 
 
 @pytest.mark.parametrize("given, expected", [
@@ -64,7 +73,8 @@ def test_e2e_aggregate_averages_by_count():
     doc = total.to_json()
     assert doc["count"] == 4 and doc["host"] == "*" and doc["topic"] == "t"
     [p] = doc["percentiles"]
-    assert p == {"average": 175, "count": 4, "max": 200, "min": 100, "quantile": 0.99}
+    # upstream's Add compares the maxima for "min" too: the node added last gives it (200)
+    assert p == {"average": 175, "count": 4, "max": 200, "min": 200, "quantile": 0.99}
     assert E2eAggregate.from_nsqd({"count": 0, "percentiles": None}).to_json()["percentiles"] is None
 
 
