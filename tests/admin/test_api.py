@@ -122,6 +122,8 @@ def test_nodes_and_node_detail(cluster, topic):
     mine = [t for t in detail["topics"] if t["topic_name"] == topic]
     assert mine and mine[0]["message_count"] == 5 and mine[0]["node"] == addr
     assert detail["total_messages"] >= 5
+    assert list(detail) == ["node", "topics", "total_messages", "total_clients", "message"]
+    assert "delivery_msg_count" not in mine[0]  # upstream's later master, not v1.3.0
 
     resp = api(cluster, "/api/nodes/127.0.0.1:1")
     assert (resp.status, resp.json()["message"]) == (404, "NODE_NOT_FOUND")

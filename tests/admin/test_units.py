@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsqpy.admin.clusterinfo import qs_escape
-from nsqpy.admin.stats import E2eAggregate, Producer, semver_key
+from nsqpy.admin.stats import E2eAggregate, Producer, TopicStats, semver_key
 from nsqpy.admin.body import decode_body
 from nsqpy.admin.respond import warn_message
 from nsqpy.admin.options import normalize_base_path, parse_options
@@ -117,3 +117,50 @@ def test_graphite_rate_where_upstream_panics(doc):
 
     with pytest.raises(ValueError):
         rate_from_render(doc, 60)
+
+
+TOPIC_KEYS = ["node", "hostname", "topic_name", "depth", "memory_depth", "backend_depth",
+              "message_count", "nodes", "channels", "paused", "e2e_processing_latency"]
+CHANNEL_KEYS = ["node", "hostname", "topic_name", "channel_name", "depth", "memory_depth",
+                "backend_depth", "in_flight_count", "deferred_count", "requeue_count",
+                "timeout_count", "message_count", "client_count", "nodes", "clients", "paused",
+                "e2e_processing_latency"]
+
+
+def _node_topic(port: int, depth: int) -> TopicStats:
+    producer = Producer(hostname="host", broadcast_address="127.0.0.1", http_port=port)
+    raw = {"topic_name": "t", "depth": depth, "backend_depth": 0, "message_count": depth,
+           "channels": [{"channel_name": "c", "depth": depth, "backend_depth": 0,
+                         "message_count": depth, "clients": [],
+                         "e2e_processing_latency": {"count": 0, "percentiles": None}}],
+           "e2e_processing_latency": {"count": 0, "percentiles": None}}
+    return TopicStats.from_nsqd(raw, producer.http_address, producer, 0.0)
+
+
+def test_topic_total_is_shaped_as_upstreams():
+    """Upstream's TopicStats.Add: keys in its struct order, no delivery_msg_count, and the first
+    node's channel object becomes the channel total, listing the other nodes under "nodes"."""
+    total = TopicStats("", "", "t")
+    total.add(_node_topic(1, 3))
+    total.add(_node_topic(2, 5))
+    doc = total.to_json()
+    assert list(doc) == TOPIC_KEYS
+    [channel] = doc["channels"]
+    assert list(channel) == CHANNEL_KEYS
+    first, second = doc["nodes"]
+    assert list(first) == TOPIC_KEYS and first["nodes"] is None
+    assert (doc["node"], doc["hostname"], doc["depth"]) == ("*", "", 8)
+    assert first["channels"] == [channel]
+    assert (channel["node"], channel["hostname"], channel["depth"]) == ("*", "host", 8)
+    assert channel["nodes"] == second["channels"]
+    assert second["channels"][0]["node"] == "127.0.0.1:2" and second["channels"][0]["depth"] == 5
+    assert channel["e2e_processing_latency"] == {"count": 0, "percentiles": None, "topic": "",
+                                                 "channel": "", "host": "*"}
+    assert doc["e2e_processing_latency"]["topic"] == "t"
+
+
+def test_one_node_topic_total_keeps_the_nodes_channel():
+    total = TopicStats("", "", "t")
+    total.add(_node_topic(1, 3))
+    [channel] = total.to_json()["channels"]
+    assert (channel["node"], channel["nodes"]) == ("127.0.0.1:1", None)
