@@ -37,15 +37,6 @@ def _go_open_error(err: OSError, path: str) -> str:
     return f"open {path}: {(err.strerror or str(err)).lower()}"
 
 
-def _key_pair_error(err: ssl.SSLError) -> str:
-    """Go's ``tls.LoadX509KeyPair`` wording for the usual OpenSSL refusals."""
-    if err.reason == "KEY_VALUES_MISMATCH":
-        return "tls: private key does not match public key"
-    if err.reason in ("PEM_LIB", "NO_START_LINE"):
-        return "tls: failed to find any PEM data in certificate input"
-    return str(err)
-
-
 def client_tls_context(insecure_skip_verify: bool, root_ca_file: str, cert: str,
                        key: str) -> ssl.SSLContext:
     """The TLS settings upstream's ``nsqadmin.New`` builds, checked in its order; ValueError
@@ -61,16 +52,20 @@ def client_tls_context(insecure_skip_verify: bool, root_ca_file: str, cert: str,
         ctx.verify_mode = ssl.CERT_NONE
     if cert:
         prefix = f"failed to LoadX509KeyPair {cert}, {key} - "
-        for path in (cert, key):
+        for path, what in ((cert, "certificate"), (key, "key")):
             try:
-                with open(path, "rb"):
-                    pass
+                with open(path, "rb") as f:
+                    pem = f.read()
             except OSError as err:
                 raise ValueError(prefix + _go_open_error(err, path)) from None
+            if b"-----BEGIN" not in pem:
+                raise ValueError(f"{prefix}tls: failed to find any PEM data in {what} input")
         try:
             ctx.load_cert_chain(cert, key)
         except ssl.SSLError as err:
-            raise ValueError(prefix + _key_pair_error(err)) from None
+            mismatch = err.reason == "KEY_VALUES_MISMATCH"
+            detail = "tls: private key does not match public key" if mismatch else str(err)
+            raise ValueError(prefix + detail) from None
     if root_ca_file:
         try:
             with open(root_ca_file, encoding="utf-8", errors="replace") as f:
@@ -113,10 +108,24 @@ def _go_transport_error(method: str, url: str, err: BaseException) -> str:
                 getattr(os_err, "errno", None) == errno.ECONNREFUSED:
             return f"{op}: dial tcp {host}: connect: connection refused"
         if isinstance(err, aiohttp.ClientConnectorCertificateError):
-            return f"{op}: tls: failed to verify certificate: {err.certificate_error}"
+            return f"{op}: {_x509_error(err.certificate_error)}"
         if isinstance(err, aiohttp.ClientConnectorSSLError):
             return f"{op}: {err.os_error}"
+    if isinstance(err, aiohttp.ServerDisconnectedError):
+        return f"{op}: EOF"  # closed without an answer (e.g. a client certificate was required)
     return f"{op}: {err}"
+
+
+#: OpenSSL verify codes Go reports as an unknown authority (self-signed, no issuer in the pool)
+_UNKNOWN_AUTHORITY = {18, 19, 20, 21}
+
+
+def _x509_error(err: Exception) -> str:
+    """Go 1.19's ``x509`` wording for the usual verification failures."""
+    code = getattr(err, "verify_code", None)
+    if code in _UNKNOWN_AUTHORITY:
+        return "x509: certificate signed by unknown authority"
+    return f"x509: {getattr(err, 'verify_message', None) or err}"
 
 
 class V1Client:
