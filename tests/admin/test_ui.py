@@ -13,7 +13,7 @@ from urllib.parse import quote
 import pytest
 
 from admin.admin_util import nsqd_stats, request, start_cluster, wait_until
-from admin.browser_util import expect
+from admin.browser_util import doc_screenshot, expect
 from helpers.servers import unique_name
 
 pytestmark = pytest.mark.timeout(60)
@@ -142,7 +142,7 @@ def counter_total(cluster) -> int:
     return sum(s["message_count"] for s in doc["stats"].values())
 
 
-def test_counter_runs_up_to_the_total(open_cluster, page):
+def test_counter_runs_up_to_the_total(open_cluster, page, tmp_path):
     """Upstream's counter: split-flap digits of the messages processed, counting up through the
     values in between when more messages come in, then resting on the new total."""
     cluster = open_cluster
@@ -173,3 +173,4 @@ def test_counter_runs_up_to_the_total(open_cluster, page):
     between = {v for v in shown if start < v < end and v % 500}
     assert len(between) >= 5, f"the digits ran through the values in between: {shown[:40]}"
     expect(page.locator(".counter .messagerate")).to_have_text(re.compile(r"^[\d,]+ msgs/sec$"))
+    doc_screenshot(page, tmp_path, "nsqadmin-counter.png")
