@@ -164,14 +164,16 @@ class Cluster:
                    what=f"both nsqd registered for {topic}")
 
 
-def start_cluster(tmp: Path, *admin_flags: str, with_sink: bool = True):
+def start_cluster(tmp: Path, *admin_flags: str, with_sink: bool = True,
+                  nsqd_flags: tuple[str, ...] = ()):
     started: list[ServerProcess] = []
     sink = NotificationSink() if with_sink else None
     try:
         lookupd = Nsqlookupd(tmp / "lookupd")
         started.append(lookupd)
         for i in range(2):
-            started.append(Nsqd(tmp / f"nsqd{i}", f"--lookupd-tcp-address={lookupd.tcp_address}"))
+            started.append(Nsqd(tmp / f"nsqd{i}", f"--lookupd-tcp-address={lookupd.tcp_address}",
+                                *nsqd_flags))
         flags = [f"--lookupd-http-address={lookupd.http_address}", *admin_flags]
         if sink is not None:
             flags.append(f"--notification-http-endpoint={sink.url}")

@@ -14,7 +14,7 @@ from admin.browser_util import expect
 from helpers.replication import linked
 from helpers.servers import unique_name
 from helpers.wire import Wire
-from nsqpy.admin.clusterinfo import Producer, TopicStats
+from nsqpy.admin.stats import Producer, TopicStats
 
 pytestmark = pytest.mark.timeout(90)
 

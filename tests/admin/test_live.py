@@ -7,18 +7,17 @@ sampled by a real nsqadmin, and headless Chromium watches the pages update witho
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
 import threading
 import time
 
 import pytest
 
 from admin.admin_util import request, start_cluster, wait_until
-from admin.browser_util import expect
+from admin.browser_util import doc_screenshot, expect
+from helpers.wire import Wire
 from helpers.servers import unique_name
-from nsqpy.admin.clusterinfo import Producer, TopicStats
+from nsqpy.admin.stats import Producer, TopicStats
 from nsqpy.admin.live import LiveHistory
 from nsqpy.client.consumer import Consumer
 from nsqpy.client.threaded import LoopThread
@@ -71,8 +70,12 @@ def test_live_api_is_off_by_default(cluster):
 
 @pytest.fixture(scope="module")
 def live_cluster(tmp_path_factory):
+    # e2e percentiles add two columns to every table: the widest pages nsqadmin draws
     cl, started = start_cluster(tmp_path_factory.mktemp("admin_live"), "--live-interval=1s",
-                                "--live-history=2m", with_sink=False)
+                                "--live-history=2m", with_sink=False,
+                                nsqd_flags=("--e2e-processing-latency-percentile=0.99",
+                                            "--e2e-processing-latency-percentile=0.5",
+                                            "--msg-timeout=5m"))
     yield cl
     for proc in reversed(started):
         proc.stop()
@@ -172,10 +175,12 @@ def test_pages_update_live_without_reload(live_cluster, page, tmp_path):
         expect(page.locator('tr[data-channel="workers"] td.live[data-metric="in_flight_count"] .live-num')
                ).not_to_have_text("0", timeout=15_000)
         page.wait_for_timeout(6000)  # a few more points for the picture
-        shot = tmp_path / "nsqadmin-live-topic.png"
-        page.screenshot(path=str(shot), full_page=True)
-        if os.environ.get("NSQPY_SCREENSHOT_DIR"):  # how docs/nsqadmin-live-topic.png is made
-            shutil.copy(shot, os.environ["NSQPY_SCREENSHOT_DIR"])
+        doc_screenshot(page, tmp_path, "nsqadmin-live-topic.png")
+        page.goto(f"{cl.admin.url}/topics/{topic}/workers")
+        expect(page.locator('tr.total td.live[data-metric="rate"] svg.sparkline')).to_have_count(
+            1, timeout=15_000)
+        page.wait_for_timeout(3000)
+        doc_screenshot(page, tmp_path, "nsqadmin-live-channel.png")
 
         # the topics list, the channel page, the node page and the counter have theirs too
         node = cl.nodes[0].http_address
@@ -192,6 +197,71 @@ def test_pages_update_live_without_reload(live_cluster, page, tmp_path):
         pub.stop()
         loop.run(consumer.close(), timeout=10)
         loop.stop()
+
+
+FITS_PAGE = """() => {
+    const doc = document.documentElement;
+    const tables = [...document.querySelectorAll('table.data')];
+    return {page: [doc.scrollWidth, doc.clientWidth],
+            tables: tables.map(t => [t.getBoundingClientRect().right, doc.clientWidth])};
+}"""
+
+COLUMN_SCALES = """() => {
+    const out = {};
+    for (const svg of document.querySelectorAll('td.live svg.sparkline')) {
+        const td = svg.closest('td');
+        const key = td.closest('table').dataset.liveTable + '/' + td.dataset.metric;
+        const line = svg.querySelector('polyline').getAttribute('points').trim().split(' ');
+        (out[key] = out[key] || []).push({top: svg.dataset.top, ys: line.map(p => +p.split(',')[1]),
+                                         height: +svg.getAttribute('height'),
+                                         row: td.parentElement.dataset.channel || ''});
+    }
+    return out;
+}"""
+
+
+def test_live_tables_fit_the_page_and_share_a_labelled_scale(live_cluster, page):
+    """At a normal viewport no table makes the page scroll sideways; every column of sparklines
+    has one scale from 0 (the bottom edge) to a top shown in the column's header, so a
+    constant 1 draws between a constant 0 (bottom) and the top, not at the top."""
+    cl = live_cluster
+    topic = unique_name("livefit")
+    for channel in ("held", "idle"):
+        cl.create_channel(topic, channel)
+    cl.publish(cl.nodes[0], topic, 3)
+    cl.wait_registered(topic)
+    cl.wait_in_channel(topic, "held", [3, 0])
+    holder = Wire(cl.nodes[0].tcp_address)  # one message in flight on "held", for minutes
+    try:
+        holder.sub(topic, "held", rdy=1)
+        holder.read_message()
+        page.set_viewport_size({"width": 1280, "height": 800})
+        page.goto(f"{cl.admin.url}/topics/{topic}")
+        head = page.locator('th[data-scale-metric="in_flight_count"]').last
+        expect(head.locator(".scale")).to_have_text("0–2", timeout=15_000)
+        page.wait_for_timeout(2500)  # a few points in every series
+        sizes = page.evaluate(FITS_PAGE)
+        assert sizes["page"][0] <= sizes["page"][1], sizes
+        assert all(right <= width for right, width in sizes["tables"]), sizes
+        scales = page.evaluate(COLUMN_SCALES)
+        in_flight = [s for s in scales["channels/in_flight_count"]]
+        assert {s["top"] for s in in_flight} == {"2"}
+        by_row = {s["row"]: s for s in in_flight}
+        held, idle = by_row["held"], by_row["idle"]
+        bottom = max(idle["ys"])
+        assert set(idle["ys"]) == {bottom} and bottom >= idle["height"] - 2  # 0: the bottom edge
+        assert len(set(held["ys"])) == 1
+        assert 3 < held["ys"][0] < bottom - 3  # 1 of 2: halfway, not at the top
+        for key, column in scales.items():  # every column has one scale
+            assert len({s["top"] for s in column}) == 1, key
+        for path in (f"/topics/{topic}/held", f"/nodes/{cl.nodes[0].http_address}", "/"):
+            page.goto(cl.admin.url + path)
+            expect(page.locator("td.live svg.sparkline").first).to_be_visible(timeout=15_000)
+            sizes = page.evaluate(FITS_PAGE)
+            assert sizes["page"][0] <= sizes["page"][1], (path, sizes)
+            assert all(right <= width for right, width in sizes["tables"]), (path, sizes)
+    finally:
+        holder.close()
 
 
 def test_live_history_shorter_than_interval_is_refused():

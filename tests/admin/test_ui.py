@@ -6,10 +6,14 @@ Skipped, with the reason, only when one of the two is missing.
 
 from __future__ import annotations
 
+import re
+import socket
+from urllib.parse import quote
+
 import pytest
 
-from admin.admin_util import nsqd_stats, start_cluster, wait_until
-from admin.browser_util import expect
+from admin.admin_util import nsqd_stats, request, start_cluster, wait_until
+from admin.browser_util import doc_screenshot, expect
 from helpers.servers import unique_name
 
 pytestmark = pytest.mark.timeout(60)
@@ -97,3 +101,76 @@ def test_non_admin_sees_no_action_buttons(page, cluster):
     page.goto(f"{cluster.admin.url}/topics/{topic}")
     expect(page.get_by_role("heading", name="Channel Message Queues")).to_be_visible()
     expect(page.locator("button[data-action]")).to_have_count(0)
+
+
+def test_host_labels_keep_the_port(open_cluster, page):
+    """Upstream's label: ``hostname:port (address:port)``, the address linking to the node page,
+    so two nsqd on one host are told apart; ``hostname:port`` alone (linked) when the hostname
+    is the address."""
+    cluster = open_cluster
+    topic = unique_name("label")
+    cluster.create_channel(topic, "ch")
+    cluster.wait_registered(topic)
+    hostname = socket.gethostname()
+    for path in (f"/topics/{topic}", f"/topics/{topic}/ch"):
+        page.goto(cluster.admin.url + path)
+        for node in cluster.nodes:
+            cell = page.locator(f'tr[data-node="{node.http_address}"] td').first
+            expect(cell.locator(".node-label")).to_have_text(
+                f"{hostname}:{node.http_port} ({node.http_address})")
+            link = cell.get_by_role("link", name=node.http_address)
+            expect(link).to_have_attribute("href", "/nodes/" + quote(node.http_address, safe=""))
+    same = page.evaluate("() => { const el = NSQ.nodeLabel({node: 'box:4151', hostname: 'Box'});"
+                         " return [el.tagName, el.textContent, el.getAttribute('href')]; }")
+    assert same == ["A", "Box:4151", "/nodes/box%3A4151"]
+    ipv6 = page.evaluate("() => NSQ.nodeLabel({node: '[::1]:4151', hostname: 'vm'}).textContent")
+    assert ipv6 == "vm:4151 ([::1]:4151)"
+
+
+def test_header_links_to_documentation_and_github(open_cluster, page):
+    page.goto(open_cluster.admin.url + "/nodes")
+    header = page.locator("header.topbar")
+    expect(header.get_by_role("link", name="Documentation")).to_have_attribute(
+        "href", "https://nsq.io/")
+    expect(header.get_by_role("link", name="GitHub")).to_have_attribute(
+        "href", "https://github.com/nsqio/nsq")
+    expect(header.locator("#version")).to_have_text("v1.3.0")
+
+
+def counter_total(cluster) -> int:
+    doc = request(f"{cluster.admin.url}/api/counter").json()
+    return sum(s["message_count"] for s in doc["stats"].values())
+
+
+def test_counter_runs_up_to_the_total(open_cluster, page, tmp_path):
+    """Upstream's counter: split-flap digits of the messages processed, counting up through the
+    values in between when more messages come in, then resting on the new total."""
+    cluster = open_cluster
+    topic = unique_name("count")
+    cluster.create_channel(topic, "ch")
+    cluster.wait_registered(topic)
+    page.goto(cluster.admin.url + "/counter")
+    numbers = page.locator(".counter .numbers")
+    expect(numbers).to_have_attribute("data-value", str(counter_total(cluster)))
+    start = int(numbers.get_attribute("data-value"))
+    digits = page.evaluate("() => [...document.querySelectorAll('.counter .number:not([hidden])')]"
+                           ".map(d => d.querySelector('.top').textContent + d.querySelector('.bottom').textContent)")
+    assert "".join(d[0] for d in digits) == str(start) and all(d[0] == d[1] for d in digits)
+    expect(page.locator(".counter")).to_contain_text("Messages Processed")
+    # a counter page left open while messages flow: sample what it shows
+    page.evaluate("""() => { window.__shown = [];
+        const el = document.querySelector('.counter .numbers');
+        new MutationObserver(() => window.__shown.push(+el.dataset.value))
+            .observe(el, {attributes: true, attributeFilter: ['data-value']}); }""")
+    for _ in range(4):
+        cluster.publish(cluster.nodes[0], topic, 500)
+        page.wait_for_timeout(700)
+    end = start + 2000
+    wait_until(lambda: counter_total(cluster) >= end, what="messages counted")
+    expect(numbers).to_have_attribute("data-value", str(counter_total(cluster)), timeout=30_000)
+    shown = page.evaluate("() => window.__shown")
+    assert shown == sorted(shown), "the counter only counts up"
+    between = {v for v in shown if start < v < end and v % 500}
+    assert len(between) >= 5, f"the digits ran through the values in between: {shown[:40]}"
+    expect(page.locator(".counter .messagerate")).to_have_text(re.compile(r"^[\d,]+ msgs/sec$"))
+    doc_screenshot(page, tmp_path, "nsqadmin-counter.png")

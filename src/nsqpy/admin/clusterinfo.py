@@ -1,31 +1,25 @@
 """What nsqadmin knows about the cluster, asked of nsqlookupd and nsqd over HTTP on each request.
 
-This follows upstream's ``internal/clusterinfo`` (reference §4.3): every upstream is queried in
-parallel; when *all* of them fail the call raises :class:`UpstreamError` (the handler answers
-502 ``UPSTREAM_ERROR: ...``), when only some fail the result comes back with the failures as
-warnings (the handler answers 200 with ``"message": "WARNING: ..."``). Documents are built as
-dicts in the field order of upstream's Go structs, so nsqadmin's JSON reads like upstream's.
-
-Where upstream's aggregation aliases the first node's channel objects (so its per-node entries
-show cluster totals) we build fresh aggregates instead: per-node entries stay per node.
+This follows upstream's ``internal/clusterinfo/data.go`` (reference §4.3): every upstream is
+queried in parallel; when *all* of them fail the call raises :class:`UpstreamError` (the handler
+answers 502 ``UPSTREAM_ERROR: ...``), when only some fail the result comes back with the failures
+as warnings (the handler answers 200 with ``"message": "WARNING: ..."``). Actions POST to each
+upstream in turn and every failure is a warning, as upstream's. The documents themselves are
+built in :mod:`.stats`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 from urllib.parse import quote
 
-import aiohttp
-import orjson
-
-from ..common.addr import join_host_port, split_host_port
-from ..protocol.commands import go_quote
-from .extras import add_lifecycle, read_lifecycle, read_replication
+from .extras import read_replication
+from .stats import ChannelStats, Producer, TopicStats, semver_key
+from .v1client import RequestError, V1Client
 
 T = TypeVar("T")
 
@@ -39,357 +33,6 @@ def qs_escape(text: str) -> str:
     return quote(text, safe="-_.~").replace("%20", "+")
 
 
-def _go_number(value: float) -> float | int:
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-_SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
-
-
-def semver_key(version: str) -> tuple[Any, ...]:
-    """Ordering key for ``blang/semver``; unparsable versions count as 0.0.0 (as upstream)."""
-    m = _SEMVER.match(version or "")
-    if not m:
-        return (0, 0, 0, 1, ())
-    pre = m.group(4)
-    pre_key: tuple[tuple[int, int, str], ...] = ()
-    if pre:
-        pre_key = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split("."))
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3)), 0 if pre else 1, pre_key)
-
-
-# --- producers ---------------------------------------------------------------------------------
-
-@dataclass
-class Producer:
-    """One nsqd as nsqadmin lists it (upstream's ``clusterinfo.Producer``)."""
-
-    hostname: str = ""
-    broadcast_address: str = ""
-    tcp_port: int = 0
-    http_port: int = 0
-    version: str = ""
-    remote_address: str = ""
-    remote_addresses: list[str] | None = None
-    topology_zone: str = ""
-    topology_region: str = ""
-    topics: list[dict[str, Any]] | None = None  # [{"topic": name, "tombstoned": bool}]
-    out_of_date: bool = False
-
-    @property
-    def http_address(self) -> str:
-        return join_host_port(self.broadcast_address, self.http_port)
-
-    @property
-    def tcp_address(self) -> str:
-        return join_host_port(self.broadcast_address, self.tcp_port)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "remote_addresses": self.remote_addresses,
-            "remote_address": self.remote_address,
-            "hostname": self.hostname,
-            "broadcast_address": self.broadcast_address,
-            "tcp_port": self.tcp_port,
-            "http_port": self.http_port,
-            "version": self.version,
-        }
-        if self.topology_zone:
-            out["topology_zone"] = self.topology_zone
-        if self.topology_region:
-            out["topology_region"] = self.topology_region
-        out["topics"] = self.topics
-        out["out_of_date"] = self.out_of_date
-        return out
-
-    @classmethod
-    def from_lookupd(cls, raw: dict[str, Any]) -> "Producer":
-        topics = raw.get("topics") or []
-        tombstones = raw.get("tombstones") or []
-        return cls(
-            hostname=raw.get("hostname", ""),
-            broadcast_address=raw.get("broadcast_address", ""),
-            tcp_port=int(raw.get("tcp_port", 0)),
-            http_port=int(raw.get("http_port", 0)),
-            version=raw.get("version", ""),
-            remote_address=raw.get("remote_address", ""),
-            topology_zone=raw.get("topology_zone", ""),
-            topology_region=raw.get("topology_region", ""),
-            topics=[{"topic": t, "tombstoned": bool(tombstones[i]) if i < len(tombstones)
-                     else False} for i, t in enumerate(topics)] or None,
-        )
-
-    @classmethod
-    def from_nsqd_info(cls, info: dict[str, Any], topic_names: list[str], addr: str) -> "Producer":
-        broadcast = info.get("broadcast_address", "")
-        http_port = int(info.get("http_port", 0))
-        hostname = info.get("hostname", "")
-        if not broadcast:  # very old nsqd: fall back to the address we were given
-            broadcast, http_port = split_host_port(addr)
-        if not hostname:
-            hostname = split_host_port(addr)[0]
-        return cls(
-            hostname=hostname, broadcast_address=broadcast, http_port=http_port,
-            tcp_port=int(info.get("tcp_port", 0)), version=info.get("version", ""),
-            topology_zone=info.get("topology_zone", ""),
-            topology_region=info.get("topology_region", ""),
-            topics=[{"topic": t, "tombstoned": False} for t in topic_names] or None,
-        )
-
-
-# --- stats documents ---------------------------------------------------------------------------
-
-class E2eAggregate:
-    """Upstream's ``quantile.E2eProcessingLatencyAggregate``: percentiles averaged across nodes."""
-
-    def __init__(self, count: int = 0, percentiles: list[dict[str, Any]] | None = None, topic: str = "",
-                 channel: str = "", host: str = "") -> None:
-        self.count = count
-        self.percentiles = percentiles
-        self.topic = topic
-        self.channel = channel
-        self.host = host
-
-    @classmethod
-    def from_nsqd(cls, raw: dict[str, Any] | None) -> "E2eAggregate":
-        raw = raw or {}
-        count = int(raw.get("count", 0))
-        pcts = raw.get("percentiles")
-        if pcts is not None:
-            pcts = [{"average": p.get("value", 0), "count": count, "max": p.get("value", 0),
-                     "min": p.get("value", 0), "quantile": p.get("quantile", 0),
-                     "value": p.get("value", 0)} for p in pcts]
-        return cls(count, pcts)
-
-    def add(self, other: "E2eAggregate") -> None:
-        self.host = "*"
-        self.count += other.count
-        for value in other.percentiles or ():
-            if self.percentiles is None:
-                self.percentiles = []
-            mine = next((p for p in self.percentiles if p["quantile"] == value["quantile"]), None)
-            if mine is None:
-                mine = {"average": 0, "count": 0, "max": value["max"], "min": value["min"],
-                        "quantile": value["quantile"]}
-                self.percentiles.append(mine)
-            mine["max"] = max(mine["max"], value["max"])
-            mine["min"] = min(mine["min"], value["min"])
-            mine["count"] += value["count"]
-            if mine["count"] == 0:
-                mine["average"] = 0
-                continue
-            mine["average"] += (value["average"] - mine["average"]) * value["count"] / mine["count"]
-
-    def to_json(self) -> dict[str, Any]:
-        pcts = None
-        if self.percentiles is not None:
-            pcts = [{k: _go_number(v) if isinstance(v, float) else v for k, v in sorted(p.items())}
-                    for p in self.percentiles]
-        return {"count": self.count, "percentiles": pcts, "topic": self.topic,
-                "channel": self.channel, "host": self.host}
-
-
-def client_doc(raw: dict[str, Any], node: str, producer: Producer, now: float) -> dict[str, Any]:
-    """Upstream's ``clusterinfo.ClientStats`` from one nsqd client entry."""
-    connect_ts = int(raw.get("connect_ts", 0))
-    out: dict[str, Any] = {
-        "node": node,
-        "remote_address": raw.get("remote_address", ""),
-        "version": raw.get("version", ""),
-        "client_id": raw.get("client_id", ""),
-        "hostname": raw.get("hostname", ""),
-        "user_agent": raw.get("user_agent", ""),
-        "connect_ts": connect_ts,
-        "connected": (int(now) - connect_ts) * 1_000_000_000,
-        "in_flight_count": raw.get("in_flight_count", 0),
-        "ready_count": raw.get("ready_count", 0),
-        "finish_count": raw.get("finish_count", 0),
-        "requeue_count": raw.get("requeue_count", 0),
-        "message_count": raw.get("message_count", 0),
-        "sample_rate": raw.get("sample_rate", 0),
-        "deflate": bool(raw.get("deflate", False)),
-        "snappy": bool(raw.get("snappy", False)),
-        "authed": bool(raw.get("authed", False)),
-        "auth_identity": raw.get("auth_identity", ""),
-        "auth_identity_url": raw.get("auth_identity_url", ""),
-    }
-    for key, value in (("node_topology_region", producer.topology_region),
-                       ("node_topology_zone", producer.topology_zone),
-                       ("topology_region", raw.get("topology_region", "")),
-                       ("topology_zone", raw.get("topology_zone", ""))):
-        if value:
-            out[key] = value
-    out["tls"] = bool(raw.get("tls", False))
-    out["tls_cipher_suite"] = raw.get("tls_cipher_suite", "")
-    out["tls_version"] = raw.get("tls_version", "")
-    out["tls_negotiated_protocol"] = raw.get("tls_negotiated_protocol", "")
-    out["tls_negotiated_protocol_is_mutual"] = bool(raw.get("tls_negotiated_protocol_is_mutual",
-                                                            False))
-    return out
-
-
-_CHANNEL_SUMS = ("depth", "memory_depth", "backend_depth", "in_flight_count", "deferred_count",
-                 "requeue_count", "timeout_count", "message_count")
-_LOCALITY = ("zone_local_msg_count", "region_local_msg_count", "global_msg_count")
-
-
-class ChannelStats:
-    """Upstream's ``clusterinfo.ChannelStats``: one node's channel, or the sum over nodes."""
-
-    def __init__(self, node: str, hostname: str, topic: str, channel: str) -> None:
-        self.node = node
-        self.hostname = hostname
-        self.topic_name = topic
-        self.channel_name = channel
-        self.counts = dict.fromkeys(_CHANNEL_SUMS + ("delivery_msg_count",) + _LOCALITY, 0)
-        self.client_count = 0
-        self.lifecycle: dict[str, int] = {}  # nsqpy's opt-in counters, only those reported
-        self.nodes: list[ChannelStats] | None = None
-        self.clients: list[dict[str, Any]] | None = None
-        self.paused = False
-        self.e2e: E2eAggregate | None = None
-
-    @classmethod
-    def from_nsqd(cls, raw: dict[str, Any], node: str, producer: Producer, topic: str,
-                  now: float) -> "ChannelStats":
-        c = cls(node, producer.hostname, topic, raw.get("channel_name", ""))
-        for key in ("depth", "backend_depth", "in_flight_count", "deferred_count",
-                    "requeue_count", "timeout_count", "message_count") + _LOCALITY:
-            c.counts[key] = int(raw.get(key, 0))
-        c.counts["memory_depth"] = c.counts["depth"] - c.counts["backend_depth"]
-        c.counts["delivery_msg_count"] = sum(c.counts[k] for k in _LOCALITY)
-        c.client_count = int(raw.get("client_count", 0))
-        c.lifecycle = read_lifecycle(raw)
-        clients = raw.get("clients")
-        if clients is not None:
-            c.clients = [client_doc(cl, node, producer, now) for cl in clients]
-        c.paused = bool(raw.get("paused", False))
-        c.e2e = E2eAggregate.from_nsqd(raw.get("e2e_processing_latency"))
-        return c
-
-    def add(self, other: "ChannelStats") -> None:
-        self.node = "*"
-        for key in self.counts:
-            self.counts[key] += other.counts[key]
-        self.client_count += other.client_count
-        add_lifecycle(self.lifecycle, other.lifecycle)
-        self.paused = self.paused or other.paused
-        self.nodes = (self.nodes or []) + [other]
-        self.nodes.sort(key=lambda n: (n.hostname, n.node))
-        if self.e2e is None:
-            self.e2e = E2eAggregate(topic=self.topic_name, channel=self.channel_name,
-                                    host=self.node)
-        if other.e2e is not None:
-            self.e2e.add(other.e2e)
-        if other.clients:
-            self.clients = (self.clients or []) + other.clients
-            self.clients.sort(key=lambda c: c["hostname"])
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"node": self.node, "hostname": self.hostname,
-                               "topic_name": self.topic_name, "channel_name": self.channel_name}
-        for key in _CHANNEL_SUMS[:3] + ("in_flight_count", "deferred_count", "requeue_count",
-                                        "timeout_count", "message_count"):
-            out[key] = self.counts[key]
-        for key in ("delivery_msg_count",) + _LOCALITY:
-            if self.counts[key]:
-                out[key] = self.counts[key]
-        out.update(self.lifecycle)
-        out["client_count"] = self.client_count
-        out["nodes"] = [n.to_json() for n in self.nodes] if self.nodes is not None else None
-        out["clients"] = self.clients
-        out["paused"] = self.paused
-        out["e2e_processing_latency"] = self.e2e.to_json() if self.e2e is not None else None
-        return out
-
-
-class TopicStats:
-    """Upstream's ``clusterinfo.TopicStats``: one node's topic, or the sum over nodes."""
-
-    def __init__(self, node: str, hostname: str, topic: str) -> None:
-        self.node = node
-        self.hostname = hostname
-        self.topic_name = topic
-        self.counts = dict.fromkeys(("depth", "memory_depth", "backend_depth", "message_count",
-                                     "delivery_msg_count") + _LOCALITY, 0)
-        self.lifecycle: dict[str, int] = {}
-        self.nodes: list[TopicStats] | None = None
-        self.channels: list[ChannelStats] | None = None
-        self.paused = False
-        self.e2e: E2eAggregate | None = None
-
-    @classmethod
-    def from_nsqd(cls, raw: dict[str, Any], node: str, producer: Producer, now: float) -> "TopicStats":
-        t = cls(node, producer.hostname, raw.get("topic_name", ""))
-        for key in ("depth", "backend_depth", "message_count") + _LOCALITY:
-            t.counts[key] = int(raw.get(key, 0))
-        t.counts["memory_depth"] = t.counts["depth"] - t.counts["backend_depth"]
-        t.counts["delivery_msg_count"] = sum(t.counts[k] for k in _LOCALITY)
-        t.lifecycle = read_lifecycle(raw)
-        channels = raw.get("channels")
-        if channels is not None:
-            t.channels = [ChannelStats.from_nsqd(c, node, producer, t.topic_name, now)
-                          for c in channels]
-        t.paused = bool(raw.get("paused", False))
-        t.e2e = E2eAggregate.from_nsqd(raw.get("e2e_processing_latency"))
-        return t
-
-    def add(self, other: "TopicStats") -> None:
-        self.node = "*"
-        for key in self.counts:
-            self.counts[key] += other.counts[key]
-        add_lifecycle(self.lifecycle, other.lifecycle)
-        self.paused = self.paused or other.paused
-        for theirs in other.channels or ():
-            if self.channels is None:
-                self.channels = []
-            mine = next((c for c in self.channels if c.channel_name == theirs.channel_name), None)
-            if mine is None:
-                mine = ChannelStats("*", "", self.topic_name, theirs.channel_name)
-                self.channels.append(mine)
-            mine.add(theirs)
-        self.nodes = (self.nodes or []) + [other]
-        self.nodes.sort(key=lambda n: (n.hostname, n.node))
-        if self.e2e is None:
-            self.e2e = E2eAggregate(topic=self.topic_name, host=self.node)
-        if other.e2e is not None:
-            self.e2e.add(other.e2e)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"node": self.node, "hostname": self.hostname,
-                               "topic_name": self.topic_name}
-        for key in ("depth", "memory_depth", "backend_depth", "message_count",
-                    "delivery_msg_count"):
-            out[key] = self.counts[key]
-        for key in _LOCALITY:
-            if self.counts[key]:
-                out[key] = self.counts[key]
-        out.update(self.lifecycle)
-        out["nodes"] = [n.to_json() for n in self.nodes] if self.nodes is not None else None
-        out["channels"] = ([c.to_json() for c in self.channels]
-                           if self.channels is not None else None)
-        out["paused"] = self.paused
-        out["e2e_processing_latency"] = self.e2e.to_json() if self.e2e is not None else None
-        return out
-
-
-def sort_clients_by_node_topology(clients: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Upstream's ``ClientStatsByNodeTopology``: by node, then same zone, same region, others."""
-    def key(c: dict[str, Any]) -> tuple[Any, ...]:
-        region, zone = c.get("node_topology_region", ""), c.get("node_topology_zone", "")
-        mine_r, mine_z = c.get("topology_region", ""), c.get("topology_zone", "")
-        if mine_r == region and mine_z == zone:
-            rank = 0
-        elif mine_r == region:
-            rank = 1
-        else:
-            rank = 2
-        return (c["node"], rank, mine_r, mine_z)
-    return sorted(clients, key=key)
-
-
-# --- the client --------------------------------------------------------------------------------
-
 @dataclass
 class Result:
     """A value plus the upstream failures that did not prevent it (a ``PartialErr``)."""
@@ -400,36 +43,13 @@ class Result:
 
 
 class ClusterInfo:
-    def __init__(self, session: aiohttp.ClientSession, logger: logging.Logger) -> None:
-        self.session = session
+    """Upstream's ``clusterinfo.ClusterInfo`` over a :class:`V1Client`."""
+
+    def __init__(self, client: V1Client, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        self.client = client
         self.logger = logger
-
-    # --- transport -------------------------------------------------------------------------
-
-    async def _request(self, method: str, url: str) -> bytes:
-        op = method.capitalize()
-        try:
-            headers = {"Accept": "application/vnd.nsq; version=1.0"}
-            async with self.session.request(method, url, headers=headers) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    raise RuntimeError(f"got response {resp.status} {resp.reason} "
-                                       f"{go_quote(body)}")
-                return body
-        except asyncio.TimeoutError:
-            raise RuntimeError(f"{op} {go_quote(url)}: timeout awaiting response") from None
-        except aiohttp.ClientError as err:
-            raise RuntimeError(f"{op} {go_quote(url)}: {err}") from None
-
-    async def get_v1(self, url: str) -> Any:
-        body = await self._request("GET", url)
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as err:
-            raise RuntimeError(f"invalid JSON from {url} - {err}") from None
-
-    async def post_v1(self, url: str) -> None:
-        await self._request("POST", url)
+        self.get_v1 = client.get_v1
+        self.post_v1 = client.post_v1
 
     async def _each(self, addrs: list[str], fn: Callable[[str], Awaitable[T]],
                     what: str) -> tuple[list[T], list[str]]:
@@ -490,7 +110,8 @@ class ClusterInfo:
         newest = max((semver_key(p.version) for p in producers), default=semver_key("0.0.0"))
         for p in producers:
             p.out_of_date = semver_key(p.version) < newest
-        producers.sort(key=lambda p: (p.hostname, p.http_address))
+        # by hostname only, as upstream: nodes of one host keep nsqlookupd's order
+        producers.sort(key=lambda p: p.hostname)
         return Result(producers, errors)
 
     async def lookupd_topic_producers(self, topic: str, lookupds: list[str]) -> Result:
@@ -544,7 +165,7 @@ class ClusterInfo:
                 return None
             url = f"http://{addr}/info"
             self.logger.info("CI: querying nsqd %s", url)
-            return Producer.from_nsqd_info(await self.get_v1(url), names, addr)
+            return Producer.from_nsqd_info(await self.get_v1(url), names, addr, fallback=True)
         results, errors = await self._each(nsqds, one, "nsqd")
         return Result([p for p in results if p is not None], errors)
 
@@ -578,6 +199,9 @@ class ClusterInfo:
             return p, await self.get_v1(url)
 
         results, errors = await self._each(producers, one, "nsqd")  # type: ignore[arg-type]
+        # upstream takes the answers as they arrive and sorts by hostname only; among equal
+        # hostnames (nodes on one machine) the node address decides here, so pages stay put
+        results.sort(key=lambda r: (r[0].hostname, r[0].http_address))
         topic_list: list[TopicStats] = []
         channel_map: dict[str, ChannelStats] = {}
         replication: dict[str, dict[str, Any]] = {}
@@ -597,7 +221,6 @@ class ClusterInfo:
                         agg = channel_map[key] = ChannelStats(node, "", ts.topic_name,
                                                               cs.channel_name)
                     agg.add(cs)
-        topic_list.sort(key=lambda t: (t.hostname, t.node))
         return Result((topic_list, channel_map), errors, replication)
 
     # --- actions -------------------------------------------------------------------------------
@@ -609,7 +232,7 @@ class ClusterInfo:
             self.logger.info("CI: querying %s %s", what, url)
             try:
                 await self.post_v1(url)
-            except Exception as err:
+            except RequestError as err:
                 errors.append(str(err))
         return errors
 

@@ -10,16 +10,16 @@ the pages' rate columns show. Graphite keys are built the way nsqd's statsd clie
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import aiohttp
 from aiohttp import web
 
 from ..common.goweb import ApiError
-
-if TYPE_CHECKING:
-    from .http import HTTPServer
+from .respond import v1_response
+from .v1client import RequestError, V1Client
 
 #: request headers a reverse proxy must not forward (RFC 7230 §6.1, as Go's ReverseProxy)
 HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authenticate",
@@ -51,26 +51,26 @@ def rate_from_render(doc: object, interval_s: int) -> str:
 class Graphite:
     """The two graphite routes; options are read per request (``PUT /config`` swaps them)."""
 
-    def __init__(self, server: "HTTPServer") -> None:
-        self.server = server
+    def __init__(self, opts: Any, logger: logging.Logger, client: V1Client) -> None:
+        self.opts = opts
+        self.logger = logger
+        self.client = client  # rates: the API client, with --http-client-tls-* (as upstream)
 
     async def rate(self, request: web.Request, _: dict[str, str]) -> web.Response:
-        from .http import v1_response
-
         query = request.query
         if query.get("metric") != "rate":
             raise ApiError(400, "INVALID_ARG_METRIC")
         if "target" not in query:
             raise ApiError(400, "INVALID_ARG_TARGET")
-        opts = self.server.opts
+        opts = self.opts
         interval_s = int(opts.statsd_interval)
         url = opts.graphite_url + "/render?" + render_query(query["target"], interval_s)
-        logger = self.server.logger
+        logger = self.logger
         logger.info("GRAPHITE: %s", url)
         try:
-            doc = await self.server.ci.get_v1(url)
+            doc = await self.client.get_v1(url)
             rate = rate_from_render(doc, max(interval_s, 1))
-        except (RuntimeError, ValueError) as err:
+        except (RequestError, ValueError) as err:
             logger.error("graphite request failed - %s", err)
             raise ApiError(500, "INTERNAL_ERROR") from None
         return v1_response({"rate": rate})
@@ -78,7 +78,7 @@ class Graphite:
     async def render(self, request: web.Request, _: dict[str, str]) -> web.StreamResponse:
         """``--proxy-graphite``: the request goes to graphite's host with its path and query
         unchanged; user:password in ``--graphite-url`` becomes basic auth."""
-        opts = self.server.opts
+        opts = self.opts
         target = urlsplit(opts.graphite_url)
         url = f"{target.scheme}://{target.hostname}"
         if target.port:
@@ -95,8 +95,8 @@ class Graphite:
         if target.username is not None:
             auth = aiohttp.BasicAuth(target.username, target.password or "")
             headers.pop("Authorization", None)
-        session = self.server.admin.session
-        assert session is not None
+        # the proxy: a plain client, without the API client's TLS settings (as upstream)
+        session = self.client.session
         try:
             async with session.get(url, headers=headers, auth=auth,
                                    allow_redirects=False) as resp:
@@ -108,5 +108,5 @@ class Graphite:
                 return out
         except (aiohttp.ClientError, TimeoutError) as err:
             # Go's ReverseProxy logs and answers 502 with an empty body
-            self.server.logger.error("http: proxy error: %s", err)
+            self.logger.error("http: proxy error: %s", err)
             return web.Response(status=502)

@@ -13,16 +13,13 @@ requester is an admin (so it can hide the action buttons), as upstream's templat
 
 from __future__ import annotations
 
-import base64
-import functools
 import ipaddress
-import json
+import logging
 import mimetypes
 import posixpath
-import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import orjson
 from aiohttp import hdrs, web
@@ -32,100 +29,20 @@ from ..common.flags import format_duration
 from ..common.router import Router, unrouted_response
 from ..common.log import parse_level, set_level
 from ..common.goweb import ApiError, go_json
+from ..common.prometheus import http_response as metrics_response
 from ..protocol.names import is_valid_name
-from .clusterinfo import ClusterInfo, Producer, UpstreamError, sort_clients_by_node_topology
+from .body import decode_body
+from .clusterinfo import ClusterInfo, UpstreamError
 from .graphite import Graphite
-from .live import live_api
-from .metrics import register as register_metrics
-from .options import config_flags, config_value
-
-if TYPE_CHECKING:
-    from .main import NSQAdmin
-    from .options import Options
+from .live import LiveSampler, live_document
+from .metrics import render as render_metrics
+from .notify import Notifier, action_document, remote_addr
+from .options import Options, config_flags, config_value
+from .respond import V1_HEADERS, v1_error, v1_response, warn_message
+from .stats import Producer, TopicStats, sort_clients_by_node_topology
 
 STATIC_DIR = Path(__file__).parent / "static"
-V1_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 ACTIONS = ("pause", "unpause", "empty")
-
-
-def warn_message(messages: list[str]) -> str:
-    """Upstream's ``maybeWarnMsg``."""
-    return "WARNING: " + "; ".join(messages) if messages else ""
-
-
-def v1_response(data: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=go_json(data),
-                        headers={**V1_HEADERS, "Content-Type": "application/json; charset=utf-8"})
-
-
-def v1_error(code: int, text: str) -> web.Response:
-    return v1_response({"message": text}, code)
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def decode_body(raw: bytes, fields: tuple[str, ...]) -> dict[str, str]:
-    """A JSON object body as Go's ``json.Decoder.Decode`` into a struct of string fields.
-
-    Only the first JSON value counts, ``null`` leaves every field empty, and errors carry Go's
-    wording where it is cheap to match (``EOF``, ``cannot unmarshal``)."""
-    text = raw.decode("utf-8", "replace").lstrip(" \t\r\n")
-    if not text:
-        raise ValueError("EOF")
-    try:
-        value, _ = json.JSONDecoder().raw_decode(text)
-    except json.JSONDecodeError as err:
-        if err.pos >= len(text):
-            raise ValueError("unexpected EOF") from None
-        ch = text[err.pos]
-        where = "looking for beginning of value" if err.pos == 0 else "in JSON body"
-        raise ValueError(f"invalid character '{ch}' {where}") from None
-    if value is None:
-        return {f: "" for f in fields}
-    if not isinstance(value, dict):
-        raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into Go value of type struct")
-    out = {}
-    for f in fields:
-        # Go matches struct tags case-insensitively; an exact key wins
-        v = value.get(f)
-        if v is None:
-            v = next((val for key, val in value.items() if key.lower() == f), None)
-        if v is not None and not isinstance(v, str):
-            raise ValueError(f"json: cannot unmarshal {_json_kind(v)} into Go struct field "
-                             f".{f} of type string")
-        out[f] = v or ""
-    return out
-
-
-def basic_auth_user(request: web.Request) -> str:
-    parts = request.headers.get("Authorization", "").split(" ", 1)
-    if len(parts) != 2 or parts[0] != "Basic":
-        return ""
-    try:
-        decoded = base64.b64decode(parts[1], validate=True).decode("utf-8", "replace")
-    except ValueError:
-        return ""
-    user, sep, _ = decoded.partition(":")
-    return user if sep else ""
-
-
-def remote_addr(request: web.Request) -> str:
-    """``host:port`` of the peer, as Go's ``Request.RemoteAddr``."""
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    if not peer:
-        return ""
-    host = peer[0]
-    return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
 
 
 # --- routing -----------------------------------------------------------------------------------
@@ -136,12 +53,20 @@ Handler = Callable[[web.Request, dict[str, str]], Awaitable[web.StreamResponse]]
 # --- the server --------------------------------------------------------------------------------
 
 class HTTPServer:
-    def __init__(self, admin: "NSQAdmin", ci: ClusterInfo) -> None:
-        self.admin = admin
-        self.logger = admin.logger
+    """The routes over what the daemon built and hands in: the options (one object, changed in
+    place by ``PUT /config``), the logger, the cluster client, the graphite side, the
+    notifier and, with ``--live-interval``, the live sampler."""
+
+    def __init__(self, opts: Options, logger: logging.Logger, ci: ClusterInfo,
+                 graphite: Graphite, notifier: Notifier, live: LiveSampler | None) -> None:
+        self.opts = opts
+        self.logger = logger
         self.ci = ci
+        self.graphite = graphite
+        self.notifier = notifier
+        self.live = live
         self.router: Router[Handler] = Router()  # the shared httprouter (common/router.py)
-        self.graphite = Graphite(self)
+        self.lookupd_null = False  # PUT /config/nsqlookupd_http_addresses null
         bp = self.bp
         r = self.router.add
         for page in ("/", "/topics", "/topics/:topic", "/topics/:topic/:channel", "/nodes",
@@ -149,6 +74,7 @@ class HTTPServer:
             r("GET", bp(page), self.index)
         r("GET", bp("/ping"), self.ping)
         r("GET", bp("/static/:asset"), self.static_asset)
+        r("GET", bp("/fonts/:asset"), self.static_asset)
         r("GET", bp("/api/topics"), self.topics)
         r("GET", bp("/api/topics/:topic"), self.topic)
         r("GET", bp("/api/topics/:topic/:channel"), self.channel)
@@ -162,17 +88,14 @@ class HTTPServer:
         r("DELETE", bp("/api/topics/:topic/:channel"), self.delete_channel)
         r("GET", bp("/api/counter"), self.counter)
         r("GET", bp("/api/graphite"), self.graphite.rate)
-        if self.opts.live_interval > 0:
-            r("GET", bp("/api/live"), functools.partial(live_api, self))
+        if live is not None:
+            r("GET", bp("/api/live"), self.live_api)
         if self.opts.proxy_graphite:
             r("GET", bp("/render"), self.graphite.render)
         r("GET", bp("/config/:opt"), self.config)
         r("PUT", bp("/config/:opt"), self.config)
-        register_metrics(self)
-
-    @property
-    def opts(self) -> "Options":  # options can change at run time through PUT /config
-        return self.admin.opts
+        if self.opts.metrics:
+            r("GET", bp("/metrics"), self.metrics)
 
     def bp(self, p: str) -> str:
         """Go's ``path.Join(basePath, p)``."""
@@ -231,26 +154,8 @@ class HTTPServer:
 
     def notify(self, action: str, topic: str, channel: str, node: str,
                request: web.Request) -> None:
-        if not self.opts.notification_http_endpoint:
-            return
-        scheme = "https" if request.secure or request.headers.get("X-Scheme") == "https" else "http"
-        url = f"{scheme}://{request.host}{request.path}"
-        if request.rel_url.raw_query_string:
-            url += "?" + request.rel_url.raw_query_string
-        doc: dict[str, Any] = {"action": action, "topic": topic}
-        if channel:
-            doc["channel"] = channel
-        if node:
-            doc["node"] = node
-        doc["timestamp"] = int(time.time())
-        user = basic_auth_user(request)
-        if user:
-            doc["user"] = user
-        doc["remote_ip"] = remote_addr(request)
-        doc["user_agent"] = request.headers.get("User-Agent", "")
-        doc["url"] = url
-        doc["via"] = socket.gethostname()
-        self.admin.notifier.send(doc)
+        if self.opts.notification_http_endpoint:
+            self.notifier.send(action_document(action, topic, channel, node, request))
 
     # --- pages ---------------------------------------------------------------------------------
 
@@ -295,8 +200,9 @@ class HTTPServer:
     async def static_asset(self, request: web.Request, params: dict[str, str]) -> web.Response:
         name = params["asset"]
         data = self._read_asset(name)
-        if data is None:
-            raise ApiError(404, "NOT_FOUND")
+        if data is None:  # upstream's PlainText decorator: the bare text, sniffed as text/plain
+            return web.Response(status=404, body=b"NOT_FOUND",
+                                headers={"Content-Type": "text/plain; charset=utf-8"})
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if ctype.startswith("text/") or ctype in ("application/javascript", "text/javascript"):
             ctype += "; charset=utf-8"
@@ -348,8 +254,6 @@ class HTTPServer:
         return producers
 
     async def topic(self, request: web.Request, params: dict[str, str]) -> web.Response:
-        from .clusterinfo import TopicStats
-
         messages: list[str] = []
         name = params["topic"]
         producers = await self._topic_producers(name, messages)
@@ -434,6 +338,13 @@ class HTTPServer:
                 entry["message_count"] += ns.counts["message_count"]
         return v1_response({"stats": dict(sorted(out.items())),
                             "message": warn_message(messages)})
+
+    async def live_api(self, request: web.Request, _: dict[str, str]) -> web.Response:
+        assert self.live is not None  # routed only with --live-interval
+        return v1_response(live_document(self.live, request.query))
+
+    async def metrics(self, request: web.Request, _: dict[str, str]) -> web.Response:
+        return metrics_response(await render_metrics(self.opts, self.ci))
 
     # --- admin actions -------------------------------------------------------------------------
 
@@ -566,11 +477,12 @@ class HTTPServer:
                     addrs = orjson.loads(body)
                 except orjson.JSONDecodeError:
                     raise ApiError(400, "INVALID_VALUE") from None
-                if addrs is None:
-                    addrs = []
-                if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
+                if addrs is not None and (not isinstance(addrs, list)
+                                          or not all(isinstance(a, str) for a in addrs)):
                     raise ApiError(400, "INVALID_VALUE")
-                opts.lookupd_http_address = addrs
+                # Go stores JSON null as a nil list: no lookupd, answered as null
+                self.lookupd_null = addrs is None
+                opts.lookupd_http_address = addrs or []
             elif opt == "log_level":
                 try:
                     level = parse_level(body.decode("utf-8", "replace"))
@@ -584,6 +496,8 @@ class HTTPServer:
         if flag is None:
             raise ApiError(400, "INVALID_OPTION")
         value = config_value(opts, flag)
+        if opt == "nsqlookupd_http_addresses" and self.lookupd_null:
+            value = None
         if isinstance(value, str):
             # upstream's RespondV1 writes a string as is; Go sniffs text/plain unless empty
             headers = dict(V1_HEADERS)

@@ -17,13 +17,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from ..common.goweb import ApiError
-
-if TYPE_CHECKING:
-    from .clusterinfo import ClusterInfo, TopicStats
-    from .main import NSQAdmin
+from .clusterinfo import ClusterInfo, UpstreamError
+from .stats import TopicStats
 
 #: what each point holds, in this order
 FIELDS = ("depth", "in_flight_count", "message_count", "deferred_count", "requeue_count",
@@ -36,7 +34,7 @@ Key = tuple[str, str, str]  # (topic, channel, node); channel "" = the topic; no
 Point = tuple[float, tuple[int, ...]]
 
 
-def _topic_point(ts: "TopicStats") -> tuple[int, ...]:
+def _topic_point(ts: TopicStats) -> tuple[int, ...]:
     chans = ts.channels or ()
     return (ts.counts["depth"], sum(c.counts["in_flight_count"] for c in chans),
             ts.counts["message_count"], sum(c.counts["deferred_count"] for c in chans),
@@ -57,7 +55,7 @@ class LiveHistory:
         self.points = max(2, points)
         self.series: dict[Key, deque[Point]] = {}
 
-    def record(self, now: float, topics: Iterable["TopicStats"]) -> None:
+    def record(self, now: float, topics: Iterable[TopicStats]) -> None:
         snapshot: dict[Key, tuple[int, ...]] = {}
         cluster: tuple[int, ...] | None = None
         for ts in topics:
@@ -133,10 +131,10 @@ class QuietLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 class LiveSampler:
     """Every ``interval`` seconds: the producers, then their ``/stats`` (without clients)."""
 
-    def __init__(self, admin: "NSQAdmin", ci: "ClusterInfo") -> None:
-        self.admin = admin
+    def __init__(self, opts: Any, logger: logging.Logger, ci: ClusterInfo) -> None:
+        self.opts = opts  # read per round: PUT /config may change the lookupd addresses
+        self.logger = logger
         self.ci = ci
-        opts = admin.opts
         self.interval = opts.live_interval
         self.history = LiveHistory(int(opts.live_history / opts.live_interval))
         self.last_error = ""
@@ -146,15 +144,13 @@ class LiveSampler:
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def sample(self) -> None:
-        from .clusterinfo import UpstreamError
-
-        opts = self.admin.opts
+        opts = self.opts
         try:
             producers = await self.ci.producers(opts.lookupd_http_address, opts.nsqd_http_address)
             stats = await self.ci.nsqd_stats(producers.value, "", "", include_clients=False)
         except UpstreamError as err:
             self.last_error = str(err)
-            self.admin.logger.warning("LIVE: sampling failed - %s", err)
+            self.logger.warning("LIVE: sampling failed - %s", err)
             return
         self.last_error = "; ".join(producers.errors + stats.errors)
         self.history.record(time.time(), stats.value[0])
@@ -166,7 +162,7 @@ class LiveSampler:
             try:
                 await self.sample()
             except Exception as err:  # a bug must not end sampling for good
-                self.admin.logger.exception("LIVE: sampling failed - %s", err)
+                self.logger.exception("LIVE: sampling failed - %s", err)
             # a slow round is not made up for with a burst of samples
             next_at = max(next_at + self.interval, loop.time())
             await asyncio.sleep(next_at - loop.time())
@@ -180,16 +176,13 @@ class LiveSampler:
                 pass
 
 
-async def live_api(server: Any, request: Any, _: dict[str, str]) -> Any:
+def live_document(sampler: LiveSampler, query: Mapping[str, str]) -> dict[str, Any]:
     """``GET /api/live[?topic=&channel=&node=&points=]``: ``{"interval", "series", "message"}``."""
-    from .http import v1_response
-
-    sampler: LiveSampler = server.admin.live
-    q = request.query
     try:
-        last = int(q.get("points", "0"))
+        last = int(query.get("points", "0"))
     except ValueError:
         raise ApiError(400, "INVALID_ARG_POINTS") from None
-    series = sampler.history.query(q.get("topic", ""), q.get("channel"), q.get("node", ""), last)
+    series = sampler.history.query(query.get("topic", ""), query.get("channel"),
+                                   query.get("node", ""), last)
     message = f"WARNING: {sampler.last_error}" if sampler.last_error else ""
-    return v1_response({"interval": sampler.interval, "series": series, "message": message})
+    return {"interval": sampler.interval, "series": series, "message": message}

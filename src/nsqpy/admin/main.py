@@ -6,11 +6,10 @@ over HTTP. SIGINT/SIGTERM close the listener, send any queued notifications and 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
+import ssl
 import sys
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -19,73 +18,29 @@ from .. import version_string
 from ..common.addr import join_host_port, listen_socket
 from ..common import daemon
 from ..common.log import make_logger
-from ..common.goweb import go_json
 from .clusterinfo import ClusterInfo
+from .graphite import Graphite
 from .http import HTTPServer
 from .live import LiveSampler, QuietLog
+from .notify import Notifier
 from .options import Options, parse_options, validate
-
-#: notifications waiting to be sent; beyond this an admin action's notification is dropped
-NOTIFY_BACKLOG = 1000
-
-
-class Notifier:
-    """POSTs admin-action documents to ``--notification-http-endpoint``, one at a time, in the
-    background: an admin action never waits for (or fails because of) its notification."""
-
-    def __init__(self, admin: "NSQAdmin") -> None:
-        self.admin = admin
-        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(NOTIFY_BACKLOG)
-        self.task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._run())
-
-    def send(self, doc: dict[str, Any]) -> None:
-        try:
-            self.queue.put_nowait(doc)
-        except asyncio.QueueFull:
-            self.admin.logger.error("notification queue full, dropping %s", doc.get("action"))
-
-    async def _run(self) -> None:
-        while True:
-            doc = await self.queue.get()
-            if doc is None:
-                return
-            endpoint = self.admin.opts.notification_http_endpoint
-            session = self.admin.session
-            assert session is not None  # created before the notifier starts
-            self.admin.logger.info("POSTing notification to %s", endpoint)
-            try:
-                async with session.post(
-                        endpoint, data=go_json(doc),
-                        headers={"Content-Type": "application/json"}) as resp:
-                    await resp.read()
-            except Exception as err:
-                self.admin.logger.error("failed to POST notification - %s", err)
-
-    async def close(self, timeout: float) -> None:
-        if self.task is None:
-            return
-        try:
-            self.queue.put_nowait(None)
-        except asyncio.QueueFull:
-            self.task.cancel()
-        try:
-            await asyncio.wait_for(self.task, timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            self.admin.logger.error("notifications still queued at exit were not sent")
+from .v1client import V1Client
 
 
 class NSQAdmin:
-    def __init__(self, opts: Options, logger: logging.Logger) -> None:
+    """The daemon: builds the HTTP client, the cluster client, the notifier, the live sampler
+    and the HTTP server, hands each what it needs, and closes them in order."""
+
+    def __init__(self, opts: Options, logger: logging.Logger,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.opts = opts
         self.logger = logger
+        self.tls = tls
         self.http_address = ""
-        self.notifier = Notifier(self)
         self._sock: socket.socket | None = None
         self._runner: web.AppRunner | None = None
         self.session: aiohttp.ClientSession | None = None
+        self.notifier: Notifier | None = None
         self.live: LiveSampler | None = None
 
     async def start(self) -> None:
@@ -97,12 +52,17 @@ class NSQAdmin:
         timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
                                         sock_connect=opts.http_client_connect_timeout)
         self.session = aiohttp.ClientSession(timeout=timeout)
+        client = V1Client(self.session, self.tls)
+        self.notifier = Notifier(lambda: opts.notification_http_endpoint, self.session,
+                                 self.logger)
         self.notifier.start()
-        ci = ClusterInfo(self.session, self.logger)
         if opts.live_interval > 0:
-            self.live = LiveSampler(self, ClusterInfo(self.session, QuietLog(self.logger, {})))
+            quiet = ClusterInfo(client, QuietLog(self.logger, {}))
+            self.live = LiveSampler(opts, self.logger, quiet)
             self.live.start()
-        runner = web.AppRunner(HTTPServer(self, ci).make_app(), access_log=None,
+        server = HTTPServer(opts, self.logger, ClusterInfo(client, self.logger),
+                            Graphite(opts, self.logger, client), self.notifier, self.live)
+        runner = web.AppRunner(server.make_app(), access_log=None,
                                handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         self._runner = runner
@@ -115,7 +75,8 @@ class NSQAdmin:
             self.logger.info("HTTP: closing %s", self.http_address)
         if self.live is not None:
             await self.live.close()
-        await self.notifier.close(self.opts.http_client_request_timeout)
+        if self.notifier is not None:
+            await self.notifier.close(self.opts.http_client_request_timeout)
         if self.session is not None:
             await self.session.close()
         if self._sock is not None:
@@ -125,11 +86,11 @@ class NSQAdmin:
 async def serve(opts: Options) -> int:
     logger = make_logger("nsqadmin", opts.log_prefix, opts.log_level)
     try:
-        validate(opts)
+        tls = validate(opts)
     except ValueError as err:
         logger.critical("failed to instantiate nsqadmin - %s", err)
         return 1
-    admin = NSQAdmin(opts, logger)
+    admin = NSQAdmin(opts, logger, tls)
     return await daemon.serve("nsqadmin", logger, admin.start, admin.close)
 
 

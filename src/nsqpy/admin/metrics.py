@@ -10,24 +10,19 @@ own ``/metrics``. Names, labels and example queries: docs/metrics.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import NSQ_COMPAT_VERSION
-from ..common.prometheus import Exposition, http_response, labels, process_metrics
-from .clusterinfo import UpstreamError
-
-if TYPE_CHECKING:
-    from aiohttp import web
-
-    from .http import HTTPServer
+from ..common.prometheus import Exposition, labels, process_metrics
+from .clusterinfo import ClusterInfo, UpstreamError
 
 _TOPIC_KEYS = ("message_count", "depth", "backend_depth")
 _CHANNEL_KEYS = ("message_count", "requeue_count", "timeout_count", "depth", "backend_depth",
                  "in_flight_count", "deferred_count")
 
 
-async def render(server: "HTTPServer") -> bytes:
-    opts = server.opts
+async def render(opts: Any, ci: ClusterInfo) -> bytes:
+    """One scrape: the cluster as nsqadmin sees it now, in Prometheus' text format."""
     exp = Exposition()
     exp.single("nsqadmin_info", "gauge", "Constant 1, labelled with nsqadmin's version.", 1,
                labels(version=NSQ_COMPAT_VERSION))
@@ -36,11 +31,11 @@ async def render(server: "HTTPServer") -> bytes:
     topic_list: list[Any] = []
     channel_map: dict[str, Any] = {}
     try:
-        found = await server.ci.producers(opts.lookupd_http_address, opts.nsqd_http_address)
+        found = await ci.producers(opts.lookupd_http_address, opts.nsqd_http_address)
         producers = found.value
         errors.extend(found.errors)
         if producers:
-            stats = await server.ci.nsqd_stats(producers, "", "", include_clients=False)
+            stats = await ci.nsqd_stats(producers, "", "", include_clients=False)
             topic_list, channel_map = stats.value
             errors.extend(stats.errors)
     except UpstreamError as err:
@@ -114,14 +109,3 @@ async def render(server: "HTTPServer") -> bytes:
         c_clients.add(lc, c.client_count)
     exp.extra.append(process_metrics())
     return exp.render()
-
-
-def register(server: "HTTPServer") -> None:
-    """Route ``GET /metrics`` (under ``--base-path``) unless ``--metrics=false``."""
-    if not server.opts.metrics:
-        return
-
-    async def metrics(request: "web.Request", _: dict[str, str]) -> "web.Response":
-        return http_response(await render(server))
-
-    server.router.add("GET", server.bp("/metrics"), metrics)

@@ -1,19 +1,18 @@
-"""nsqadmin's flags with upstream's names, defaults and config keys (reference §4.1).
-
-The HTTP client's TLS settings are not built: their flags are accepted (so existing command lines
-and config files parse) but setting one fails start-up with a clear message instead of being
-silently ignored.
-"""
+"""nsqadmin's flags with upstream's names, defaults and config keys (reference §4.1), and the
+checks upstream's ``nsqadmin.New`` makes of them at start-up, in its order."""
 
 from __future__ import annotations
 
 import ipaddress
 import posixpath
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.addr import split_host_port
-from ..common.flags import Flag, FlagError, FlagSet, server_flags, reject_unimplemented
+from ..common.flags import Flag, FlagError, FlagSet, server_flags
+from ..common.log import NSQ_LEVEL_NUMBERS
+from .v1client import client_tls_context
 
 
 def build_flagset() -> FlagSet:
@@ -42,14 +41,10 @@ def build_flagset() -> FlagSet:
         Flag("http-client-connect-timeout", 2.0, "timeout for HTTP connect", kind="duration"),
         Flag("http-client-request-timeout", 5.0, "timeout for HTTP request", kind="duration"),
         Flag("http-client-tls-insecure-skip-verify", False,
-             "configure the HTTP client to skip verification of TLS certificates", kind="bool",
-             implemented=False),
-        Flag("http-client-tls-root-ca-file", "", "path to CA file for the HTTP client",
-             implemented=False),
-        Flag("http-client-tls-cert", "", "path to certificate file for the HTTP client",
-             implemented=False),
-        Flag("http-client-tls-key", "", "path to key file for the HTTP client",
-             implemented=False),
+             "configure the HTTP client to skip verification of TLS certificates", kind="bool"),
+        Flag("http-client-tls-root-ca-file", "", "path to CA file for the HTTP client"),
+        Flag("http-client-tls-cert", "", "path to certificate file for the HTTP client"),
+        Flag("http-client-tls-key", "", "path to key file for the HTTP client"),
         Flag("allow-config-from-cidr", "127.0.0.1/8",
              "A CIDR from which to allow HTTP requests to the /config endpoint"),
         Flag("acl-http-header", "X-Forwarded-User",
@@ -120,20 +115,23 @@ def normalize_base_path(p: str) -> str:
 def parse_options(argv: list[str]) -> Options:
     """Parse the command line (and ``--config``); FlagError (exit 2) on a bad flag."""
     fs = build_flagset()
-    values, explicit, positional = fs.parse(argv)
+    values, _, positional = fs.parse(argv)
     if positional:
         raise FlagError(f"unexpected arguments: {' '.join(positional)}")
-    if not values["version"]:
-        reject_unimplemented(fs, explicit, values)
     return Options(**values)
 
 
-def validate(opts: Options) -> None:
-    """Upstream's ``nsqadmin.New`` checks; ValueError with upstream's message (fatal, exit 1)."""
+def validate(opts: Options) -> ssl.SSLContext:
+    """Upstream's ``nsqadmin.New`` checks; ValueError with upstream's message (fatal, exit 1).
+
+    Returns the TLS context of the HTTP client (``--http-client-tls-*``)."""
     if not opts.nsqd_http_address and not opts.lookupd_http_address:
         raise ValueError("--nsqd-http-address or --lookupd-http-address required")
     if opts.nsqd_http_address and opts.lookupd_http_address:
         raise ValueError("use --nsqd-http-address or --lookupd-http-address not both")
+    tls = client_tls_context(opts.http_client_tls_insecure_skip_verify,
+                             opts.http_client_tls_root_ca_file, opts.http_client_tls_cert,
+                             opts.http_client_tls_key)
     for flag, addrs in (("--lookupd-http-address", opts.lookupd_http_address),
                         ("--nsqd-http-address", opts.nsqd_http_address)):
         for addr in addrs:
@@ -150,6 +148,7 @@ def validate(opts: Options) -> None:
     if opts.live_interval < 0 or (opts.live_interval and opts.live_history < opts.live_interval):
         raise ValueError("--live-interval must be >= 0 and not above --live-history")
     opts.base_path = normalize_base_path(opts.base_path)
+    return tls
 
 
 def config_flags() -> dict[str, Flag]:
@@ -160,8 +159,6 @@ def config_flags() -> dict[str, Flag]:
 
 def config_value(opts: Options, flag: Flag) -> Any:
     """A field as Go's JSON encodes it: durations in ns, the log level as its number."""
-    from ..common.log import NSQ_LEVEL_NUMBERS
-
     value = getattr(opts, flag.attr)
     if flag.kind == "duration":
         return int(round(value * 1e9))

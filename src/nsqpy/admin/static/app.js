@@ -7,7 +7,7 @@
  *   /topics/:topic/:channel   per-node channel stats and client connections; actions
  *   /nodes, /nodes/:node      nsqd nodes, one node's topics/channels
  *   /lookup                   topics without producers; create topic/channel
- *   /counter                  cluster-wide message counter
+ *   /counter                  cluster-wide running message counter (counter.js)
  *
  * All data reaches the DOM through textContent (the helper `h`), never as HTML.
  */
@@ -143,7 +143,7 @@
               onclick: runAction('Tombstone ' + n.node + ' for topic "' + topic + '" (and delete the topic there)?',
                 'Node tombstoned.', function () { return api('DELETE', '/nodes/' + enc(n.node), { topic: topic }); })
             }, '✘') : null,
-            link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
+            NSQ.nodeLabel(n),
             n.paused ? badge('paused', 'paused') : null),
           live.num(fmt(n.depth), topic, '', n.node, 'depth'),
           td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
@@ -184,12 +184,13 @@
         topicActions(t),
         h('h2', null, 'Topic Message Queue'),
         table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels']
-          .concat(NSQ.e2eHeaders(t.e2e_processing_latency)))).concat(ex.headers(topicKeys)), nodeRows),
+          .concat(NSQ.e2eHeaders(t.e2e_processing_latency)))).concat(ex.headers(topicKeys)), nodeRows,
+          { 'data-live-table': 'nodes' }),
         h('h2', null, 'Channel Message Queues'),
         channels.length
           ? table(live.rateHeader(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
             '#Requeued', '#Timed Out', '#Messages', '#Connections'].concat(NSQ.e2eHeaders(t.e2e_processing_latency)))
-            .concat(ex.headers(chanKeys)), chanRows)
+            .concat(ex.headers(chanKeys)), chanRows, { 'data-live-table': 'channels' })
           : alertBox('info', 'No channels exist for this topic. Messages will queue at the topic until a channel is created.')
       ]);
     }, function (err) {
@@ -239,8 +240,7 @@
       var keys = ex.keys([c]);
       var rows = (c.nodes || []).map(function (n) {
         return h('tr', { 'data-node': n.node },
-          h('td', null, link('/nodes/' + enc(n.node), n.hostname + ' (' + n.node + ')'),
-            n.paused ? badge('paused', 'paused') : null),
+          h('td', null, NSQ.nodeLabel(n), n.paused ? badge('paused', 'paused') : null),
           live.num(fmt(n.depth), topic, channel, n.node, 'depth'),
           td(fmt(n.memory_depth) + ' + ' + fmt(n.backend_depth), true),
           live.num(fmt(n.in_flight_count), topic, channel, n.node, 'in_flight_count'),
@@ -337,31 +337,6 @@
     });
   }
 
-  function counterPage() {
-    var value = h('div', { 'class': 'value' }, '…');
-    var rate = h('div', { 'class': 'label' }, '');
-    var last = null;
-    var big = gr.active ? h('img', { id: 'big_graph', 'class': 'graphite', width: 800, alt: 'messages per second',
-      src: gr.largeUrl('counter', '*', '', '', 'message_count') }) : null;
-    function tick() {
-      if (big) big.src = gr.largeUrl('counter', '*', '', '', 'message_count') + '&_uniq=' + Date.now();
-      return api('GET', '/counter').then(function (data) {
-        var total = 0;
-        Object.keys(data.stats || {}).forEach(function (k) { total += data.stats[k].message_count; });
-        var now = Date.now();
-        if (last && now > last.t) rate.textContent = fmt(Math.round((total - last.total) * 1000 / (now - last.t))) + ' msgs/sec';
-        last = { t: now, total: total };
-        value.textContent = fmt(total);
-      }, function (err) { rate.textContent = err.message; });
-    }
-    return tick().then(function () {
-      timers.push(setInterval(tick, 3000));
-      return [h('div', { 'class': 'counter' }, value,
-        h('div', { 'class': 'label' }, 'messages processed (sum over channels)'), rate,
-        live.enabled ? live.cell('', '*', '', '*', 'rate', 'div') : null, big)];
-    });
-  }
-
   // --- routing ---------------------------------------------------------------------------------
 
   var ROUTES = [
@@ -371,7 +346,7 @@
     [/^\/nodes\/?$/, NSQ.pages.nodes, 'nodes'],
     [/^\/nodes\/([^/]+)$/, NSQ.pages.node, 'nodes'],
     [/^\/lookup$/, lookupPage, 'lookup'],
-    [/^\/counter$/, counterPage, 'counter']
+    [/^\/counter$/, NSQ.pages.counter, 'counter']
   ];
 
   function currentPath() {
@@ -400,7 +375,7 @@
         break;
       }
     }
-    document.querySelectorAll('.topbar nav a').forEach(function (a) {
+    document.querySelectorAll('.topbar nav.main a').forEach(function (a) {
       a.classList.toggle('active', !!route && a.getAttribute('data-nav') === route[2]);
     });
     if (!route) {
@@ -434,6 +409,6 @@
     a.setAttribute('href', url(a.getAttribute('data-path')));
   });
   document.getElementById('version').textContent = 'v' + CONFIG.version;
-  append(document.querySelector('.topbar nav'), gr.intervalMenu());
+  append(document.querySelector('.topbar nav.main'), gr.intervalMenu());
   render();
 })();

@@ -19,7 +19,7 @@
   // a cell (td) whose number and sparkline follow the series `metric` of (topic, channel, node)
   function cell(text, topic, channel, node, metric, tag) {
     return h(tag || 'td', { 'class': 'num live', 'data-live': key(topic, channel, node), 'data-metric': metric },
-      h('span', { 'class': 'spark' }), h('span', { 'class': 'live-num' }, text));
+      h('span', { 'class': 'live-num' }, text), h('span', { 'class': 'spark' }));
   }
 
   // a number cell: live when --live-interval is set, a plain cell (as before) otherwise
@@ -38,13 +38,37 @@
     return interval ? headers.concat([label]) : headers;
   }
 
-  function sparkline(values, rate) {
-    var w = 120, hgt = 20, pts = [], max = 0, n = values.length;
-    values.forEach(function (v) { if (v !== null && v > max) max = v; });
+  var SPARK_W = 72, SPARK_H = 20;
+  // the tops a column's scale may take, times a power of ten: round numbers a reader can use
+  var STEPS = [1, 2, 2.5, 4, 5, 6, 8, 10];
+
+  // the top of a column's scale: the smallest round number at least 10% above the largest
+  // value shown in the column (1 when all are 0); the bottom edge is always 0
+  function scaleTop(max) {
+    if (!(max > 0)) return 1;
+    var target = max * 1.1, exp = Math.pow(10, Math.floor(Math.log10(target)));
+    for (var i = 0; i < STEPS.length; i++) {
+      var top = Number((STEPS[i] * exp).toPrecision(12));
+      if (top >= target) return top;
+    }
+    return 10 * exp;
+  }
+
+  function scaleText(top, rate) {
+    var n = top < 1 ? String(top) : NSQ.fmt(top);
+    return '0–' + n + (rate ? '/s' : '');
+  }
+
+  // values (null = no point) drawn against 0 .. top
+  function sparkline(values, rate, top, width, height) {
+    var w = width || SPARK_W, hgt = height || SPARK_H, pts = [], n = values.length;
+    var min = null, max = null;
     values.forEach(function (v, i) {
       if (v === null) return;
+      if (min === null || v < min) min = v;
+      if (max === null || v > max) max = v;
       var x = n > 1 ? i * (w - 2) / (n - 1) + 1 : w / 2;
-      var y = hgt - 1 - (max ? v / max * (hgt - 3) : 0);
+      var y = hgt - 1 - Math.min(v / top, 1) * (hgt - 3);
       pts.push(x.toFixed(1) + ',' + y.toFixed(1));
     });
     var svg = document.createElementNS(SVG, 'svg');
@@ -52,11 +76,21 @@
     svg.setAttribute('height', hgt);
     svg.setAttribute('viewBox', '0 0 ' + w + ' ' + hgt);
     svg.setAttribute('class', 'sparkline' + (rate ? ' rate' : ''));
+    svg.setAttribute('data-top', String(top));
+    var axis = document.createElementNS(SVG, 'line');  // the 0 line
+    axis.setAttribute('x1', 0);
+    axis.setAttribute('x2', w);
+    axis.setAttribute('y1', hgt - 0.5);
+    axis.setAttribute('y2', hgt - 0.5);
+    axis.setAttribute('class', 'axis');
+    svg.appendChild(axis);
     var line = document.createElementNS(SVG, 'polyline');
     line.setAttribute('points', pts.join(' '));
     svg.appendChild(line);
     var title = document.createElementNS(SVG, 'title');
-    title.textContent = 'max ' + (rate ? max.toFixed(2) + '/s' : NSQ.fmt(max));
+    var show = function (v) { return rate ? v.toFixed(2) + '/s' : NSQ.fmt(v); };
+    title.textContent = max === null ? 'no data yet' : 'min ' + show(min) + ', max ' + show(max) +
+      ' (scale ' + scaleText(top, rate) + ')';
     svg.appendChild(title);
     return svg;
   }
@@ -66,8 +100,57 @@
     return null;
   }
 
+  // the column a cell starts in, counting the column spans before it
+  function columnOf(cell) {
+    var col = 0;
+    for (var c = cell.previousElementSibling; c; c = c.previousElementSibling) col += c.colSpan || 1;
+    return col;
+  }
+
+  function cellAt(row, col) {
+    for (var c = row.firstElementChild, at = 0; c; c = c.nextElementSibling) {
+      at += c.colSpan || 1;
+      if (at > col) return c;
+    }
+    return null;
+  }
+
+  // the header cell above a table cell: in the nearest header row before it (the node page has
+  // one per topic), else in the table's head
+  function headerCell(cell) {
+    var col = columnOf(cell);
+    for (var row = cell.parentElement.previousElementSibling; row; row = row.previousElementSibling) {
+      if (row.querySelector('th')) return cellAt(row, col);
+    }
+    var head = cell.closest('table').tHead;
+    return head && head.rows.length ? cellAt(head.rows[head.rows.length - 1], col) : null;
+  }
+
+  var tableIds = 0;
+
+  // sparklines that share a scale: one metric in one column of one table (or a lone graph)
+  function columnKey(el) {
+    var table = el.closest('table');
+    if (!table) return 'own\u0000' + el.getAttribute('data-live') + '\u0000' + el.getAttribute('data-metric');
+    if (!table.hasAttribute('data-live-table')) table.setAttribute('data-live-table', 't' + (++tableIds));
+    return [table.getAttribute('data-live-table'), el.getAttribute('data-metric'), columnOf(el)].join('\u0000');
+  }
+
+  function labelScale(el, metric, text) {
+    var holder = el.tagName === 'TD' ? headerCell(el) : el;
+    if (!holder) return;
+    if (el.tagName === 'TD') holder.setAttribute('data-scale-metric', metric);
+    var label = holder.querySelector('.scale');
+    if (!label) {
+      label = h('span', { 'class': 'scale', title: 'scale of the graphs below: 0 at the bottom edge, ' +
+        'this at the top' });
+      holder.appendChild(label);
+    }
+    label.textContent = text;
+  }
+
   function fill(series) {
-    var byKey = {};
+    var byKey = {}, columns = {};
     series.forEach(function (s) { byKey[key(s.topic, s.channel, s.node)] = s; });
     document.querySelectorAll('[data-live]').forEach(function (el) {
       var s = byKey[el.getAttribute('data-live')], metric = el.getAttribute('data-metric');
@@ -75,7 +158,20 @@
       var rate = /rate$/.test(metric), v = lastValue(s[metric]);
       el.querySelector('.live-num').textContent = v === null ? 'N/A' : rate ? v.toFixed(2) : NSQ.fmt(v);
       // a running total draws no graph: its rate has one
-      if (!COUNTERS[metric]) el.querySelector('.spark').replaceChildren(sparkline(s[metric], rate));
+      if (COUNTERS[metric]) return;
+      var col = columnKey(el);
+      var group = columns[col] = columns[col] || { max: 0, rate: rate, metric: metric, cells: [] };
+      s[metric].forEach(function (x) { if (x !== null && x > group.max) group.max = x; });
+      group.cells.push({ el: el, values: s[metric] });
+    });
+    Object.keys(columns).forEach(function (col) {
+      var group = columns[col], top = scaleTop(group.max);
+      group.cells.forEach(function (c) {
+        var big = c.el.tagName !== 'TD';
+        c.el.querySelector('.spark').replaceChildren(
+          sparkline(c.values, group.rate, top, big ? 480 : 0, big ? 80 : 0));
+        labelScale(c.el, group.metric, scaleText(top, group.rate));
+      });
     });
   }
 
@@ -110,5 +206,5 @@
   }
 
   NSQ.live = { enabled: interval > 0, interval: interval, cell: cell, num: num, rate: rate,
-    rateHeader: rateHeader, start: start, refresh: refresh, sparkline: sparkline };
+    rateHeader: rateHeader, start: start, refresh: refresh, sparkline: sparkline, scaleTop: scaleTop };
 })();

@@ -162,7 +162,7 @@
           h('div', null, h('strong', null, fmt(data.total_messages)), 'messages'),
           h('div', null, h('strong', null, fmt(data.total_clients)), 'clients')),
         NSQ.extras.replicationSection(data),
-        topics.length ? h('table', { 'class': 'data node-detail' }, h('tbody', null, body))
+        topics.length ? NSQ.scroller(h('table', { 'class': 'data node-detail' }, h('tbody', null, body)))
           : NSQ.alertBox('warning', 'No topics exist on this node.')
       ];
     });

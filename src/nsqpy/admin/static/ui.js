@@ -61,13 +61,29 @@
     return sec + 's';
   }
 
-  function table(headers, rows) {
-    return h('table', { 'class': 'data' },
+  // a wide table scrolls inside its box, never the page; `attrs` go on the <table>
+  function scroller(tableEl) { return h('div', { 'class': 'table-wrap' }, tableEl); }
+
+  function table(headers, rows, attrs) {
+    var a = { 'class': 'data' };
+    Object.keys(attrs || {}).forEach(function (k) { a[k] = attrs[k]; });
+    return scroller(h('table', a,
       h('thead', null, h('tr', null, headers.map(function (hd) {
         var num = hd.charAt(0) === '#';
         return h('th', num ? { 'class': 'num' } : null, num ? hd.slice(1) : hd);
       }))),
-      h('tbody', null, rows));
+      h('tbody', null, rows)));
+  }
+
+  // an nsqd as upstream's topic and channel pages name it: hostname:port, and the address
+  // (linked to the node page) when the hostname is not the address; else hostname:port linked
+  function nodeLabel(n) {
+    var parts = String(n.node).split(':'), port = parts.pop(), address = parts.join(':');
+    var hostPort = (n.hostname || '') + ':' + port;
+    if ((n.hostname || '').toLowerCase() === address.toLowerCase()) {
+      return link('/nodes/' + enc(n.node), hostPort);
+    }
+    return h('span', { 'class': 'node-label' }, hostPort + ' (', link('/nodes/' + enc(n.node), n.node), ')');
   }
 
   function td(value, num) { return h('td', num ? { 'class': 'num' } : null, value); }
@@ -191,6 +207,7 @@
   window.NSQ = {
     CONFIG: CONFIG, BASE: BASE, h: h, append: append, url: url, link: link, fmt: fmt, enc: enc,
     badge: badge, alertBox: alertBox, warning: warning, sum: sum, duration: duration, table: table,
+    scroller: scroller, nodeLabel: nodeLabel,
     td: td, crumbs: crumbs, ApiError: ApiError, api: api, mapLimit: mapLimit, noProducers: noProducers,
     nanotohuman: nanotohuman, clientName: clientName, clientAttrs: clientAttrs, e2eHeaders: e2eHeaders,
     e2eCells: e2eCells, pages: {}

@@ -1,0 +1,188 @@
+"""nsqadmin side by side with upstream's: one cluster, two nsqadmin answering the same requests.
+
+The cluster holds nsqlookupd (ours), one upstream v1.3.0 nsqd and one of ours; an upstream
+nsqadmin and ours run with the same flags against it (and post their notifications to one sink).
+Upstream's binaries come from ``NSQ_UPSTREAM_BIN`` (default /work/upstream/bin); without them the
+differential tests skip.
+
+Answers are compared as ``(status, headers that matter, body)``, bodies as JSON where they are
+JSON, with the fields that depend on the clock masked (``connect_ts``, ``connected``,
+``timestamp``) and each nsqadmin's own address replaced by a placeholder.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from admin.admin_util import NotificationSink, NsqAdmin
+from helpers.servers import Nsqd, Nsqlookupd, ServerProcess, free_port
+
+UPSTREAM_BIN = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
+HAVE_UPSTREAM = all((UPSTREAM_BIN / p).exists() for p in ("nsqd", "nsqadmin"))
+SKIP_REASON = f"no upstream nsqd/nsqadmin in {UPSTREAM_BIN} (set NSQ_UPSTREAM_BIN)"
+
+#: response headers whose presence and value must match (names compared case-insensitively)
+HEADERS = ("content-type", "x-nsq-content-type", "location", "allow", "content-encoding")
+#: fields that depend on when the answer was made
+CLOCK_FIELDS = {"connect_ts", "connected", "timestamp"}
+
+
+class UpstreamNsqd(ServerProcess):
+    def __init__(self, directory: Path, *extra: str) -> None:
+        self.tcp_port, self.http_port = free_port(), free_port()
+        directory.mkdir(parents=True, exist_ok=True)
+        argv = [str(UPSTREAM_BIN / "nsqd"), f"--tcp-address=127.0.0.1:{self.tcp_port}",
+                f"--http-address=127.0.0.1:{self.http_port}", "--broadcast-address=127.0.0.1",
+                f"--data-path={directory}", *extra]
+        super().__init__(argv, f"http://127.0.0.1:{self.http_port}/ping",
+                         directory / "nsqd.log")
+
+    @property
+    def tcp_address(self) -> str:
+        return f"127.0.0.1:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+
+class UpstreamNsqAdmin(ServerProcess):
+    def __init__(self, log_dir: Path, *flags: str) -> None:
+        self.http_port = free_port()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        argv = [str(UPSTREAM_BIN / "nsqadmin"), f"--http-address=127.0.0.1:{self.http_port}",
+                *flags]
+        super().__init__(argv, f"http://127.0.0.1:{self.http_port}/ping",
+                         log_dir / f"nsqadmin_{self.http_port}.log")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: Any
+
+
+def raw_request(port: int, method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def mask(value: Any) -> Any:
+    """The document with clock-dependent fields replaced by ``"<clock>"``."""
+    if isinstance(value, dict):
+        return {k: "<clock>" if k in CLOCK_FIELDS else mask(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask(v) for v in value]
+    return value
+
+
+def answer(port: int, method: str, path: str, body: bytes | None = None,
+           headers: dict[str, str] | None = None) -> Answer:
+    """One request, reduced to what must match; ``127.0.0.1:<port>`` of the nsqadmin itself
+    becomes ``<admin>`` (it appears in notification URLs and ``/config/http_address``)."""
+    status, got_headers, raw = raw_request(port, method, path, body, headers)
+    text = raw.decode("utf-8", "replace").replace(f"127.0.0.1:{port}", "<admin>")
+    try:
+        parsed: Any = mask(json.loads(text)) if text else text
+    except ValueError:
+        parsed = text
+    kept = tuple((k, got_headers[k]) for k in HEADERS if k in got_headers)
+    return Answer(status, kept, parsed)
+
+
+def same_answer(ours: Callable[[], Answer], theirs: Callable[[], Answer],
+                tries: int = 30) -> tuple[Answer, Answer]:
+    """Ours once, then upstream's until it matches (at most ``tries`` times).
+
+    Upstream orders nodes with equal hostnames as their answers happen to arrive, so one
+    request may list the two nsqd either way round; ours picks one of those orders (by
+    address). Asking upstream again until it shows the same order compares everything else
+    exactly. Returns the last pair (equal unless upstream never matched)."""
+    mine = ours()
+    for _ in range(tries):
+        other = theirs()
+        if other == mine:
+            break
+        time.sleep(0.02)
+    return mine, other
+
+
+def rename(value: Any, old: str, new: str) -> Any:
+    """``value`` with the name ``old`` replaced by ``new`` in every string and key."""
+    pattern = re.compile(re.escape(old))
+    if isinstance(value, dict):
+        return {pattern.sub(new, k): rename(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rename(v, old, new) for v in value]
+    if isinstance(value, str):
+        return pattern.sub(new, value)
+    return value
+
+
+@dataclass
+class PairCluster:
+    lookupd: Nsqlookupd
+    up_nsqd: UpstreamNsqd
+    py_nsqd: Nsqd
+    up_admin: UpstreamNsqAdmin
+    py_admin: NsqAdmin
+    sink: NotificationSink
+    procs: list[ServerProcess]
+
+    @property
+    def nodes(self) -> list[Any]:
+        return [self.up_nsqd, self.py_nsqd]
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.sink.close()
+
+
+def start_pair_cluster(tmp: Path, *admin_flags: str, nsqd_flags: tuple[str, ...] = (),
+                       direct: bool = False) -> PairCluster:
+    """The cluster and both nsqadmin with ``admin_flags``; ``direct``: the nsqadmin are given
+    the two nsqd (``--nsqd-http-address``) instead of the nsqlookupd."""
+    procs: list[ServerProcess] = []
+    sink = NotificationSink()
+    try:
+        lookupd = Nsqlookupd(tmp / "lookupd")
+        procs.append(lookupd)
+        reg = f"--lookupd-tcp-address={lookupd.tcp_address}"
+        up = UpstreamNsqd(tmp / "nsqd_up", reg, *nsqd_flags)
+        procs.append(up)
+        py = Nsqd(tmp / "nsqd_py", reg, *nsqd_flags)
+        procs.append(py)
+        if direct:
+            where = [f"--nsqd-http-address={n.http_address}" for n in (up, py)]
+        else:
+            where = [f"--lookupd-http-address={lookupd.http_address}"]
+        flags = [*where, f"--notification-http-endpoint={sink.url}", *admin_flags]
+        up_admin = UpstreamNsqAdmin(tmp / "admin_up", *flags)
+        procs.append(up_admin)
+        py_admin = NsqAdmin(tmp / "admin_py", *flags)
+        procs.append(py_admin)
+    except BaseException:
+        for proc in reversed(procs):
+            proc.stop()
+        sink.close()
+        raise
+    return PairCluster(lookupd, up, py, up_admin, py_admin, sink, procs)
