@@ -11,7 +11,7 @@ import pytest
 
 from nsqpy.common.goweb import go_json
 from nsqpy.nsqd.hooks import Upstream
-from nsqpy.nsqd.stats.snapshot import snapshot as s
+from nsqpy.nsqd.stats import snapshot as s
 
 pytestmark = pytest.mark.timeout(30)
 
