@@ -122,5 +122,15 @@ def test_nsqd_features_do_not_reach_the_assembly():
                 assert target not in (f"{PACKAGE}.nsqd.server", f"{PACKAGE}.nsqd.main"), name
 
 
+def test_no_daemon_module_is_imported_back():
+    """Each daemon's ``main`` builds its servers and hands them what they need: nothing imports a
+    ``main``, and only nsqd's imports nsqd's ``server``, so no module reaches back for the daemon."""
+    for name, targets in _graph().items():
+        for target in targets:
+            assert not target.endswith(".main"), f"{name} imports {target}"
+            if target == f"{PACKAGE}.nsqd.server":
+                assert name == f"{PACKAGE}.nsqd.main", f"{name} imports {target}"
+
+
 def test_the_circle_finder_finds_a_circle():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
