@@ -99,8 +99,13 @@ def _server_logger(nsqd: "NSQD") -> logging.Logger:
 
 # --- responses ---------------------------------------------------------------------------------
 
+# Upstream's V1 answers (``http_api.RespondV1``) carry X-NSQ-Content-Type; its plain-text ones
+# (/ping, /debug/*), OPTIONS answers and redirects do not.
+_V1 = {"X-NSQ-Content-Type": NSQ_CONTENT_TYPE}
+
+
 def _json(value: object, status: int = 200) -> web.Response:
-    return web.Response(body=go_json(value), status=status,
+    return web.Response(body=go_json(value), status=status, headers=_V1,
                         content_type="application/json", charset="utf-8")
 
 
@@ -110,15 +115,19 @@ def _error(status: int, message: str) -> web.Response:
 
 def _empty() -> web.Response:
     """V1 success with no data: 200, empty body, no Content-Type (as Go sends it)."""
-    return web.Response()
+    return web.Response(headers=_V1)
 
 
 def _text(text: str, status: int = 200) -> web.Response:
+    """A V1 answer whose data is a string: the bytes as they are (Go sniffs them as text)."""
+    if not text:
+        return _empty() if status == 200 else web.Response(status=status, headers=_V1)
+    return web.Response(text=text, status=status, headers=_V1)
+
+
+def _plain(text: str, status: int = 200) -> web.Response:
+    """Upstream's ``PlainText`` decorator: the text, no X-NSQ-Content-Type."""
     return web.Response(text=text, status=status)
-
-
-async def _add_nsq_header(request: web.Request, response: web.StreamResponse) -> None:
-    response.headers["X-NSQ-Content-Type"] = NSQ_CONTENT_TYPE
 
 
 # --- request parsing ---------------------------------------------------------------------------
@@ -251,8 +260,10 @@ class HttpApi:
         # upstream's httpServer.tlsRequired: plain HTTP refused when --tls-required=true
         self.refuse_plain = not tls_enabled and nsqd.options.tls_required == "true"
         self.logger = nsqd.logger
+        # upstream v1.3.0's Options fields: not its deprecated no-ops, not the flags of its
+        # unreleased master we accept hidden (topology, auth method, experiments)
         self.config_flags = {k: f for k, f in config_key_map().items()
-                             if k not in _CONFIG_HIDDEN and not f.extension}
+                             if k not in _CONFIG_HIDDEN and not f.extension and not f.hidden}
         R = Route
         self.router = Router([
             R("GET", "/ping", self.ping),
@@ -283,7 +294,6 @@ class HttpApi:
     def make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
         app.router.add_route("*", "/{tail:.*}", self.dispatch, expect_handler=self._expect)
-        app.on_response_prepare.append(_add_nsq_header)
         return app
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
@@ -396,10 +406,10 @@ class HttpApi:
     async def ping(self, request: web.Request, _: str) -> web.Response:
         # upstream answers /ping in plain text, errors included
         if self.nsqd.draining:
-            return _text("DRAINING", 503)
+            return _plain("DRAINING", 503)
         if self.nsqd.health_error is not None:
-            return _text(self.nsqd.health, 500)
-        return _text("OK")
+            return _plain(self.nsqd.health, 500)
+        return _plain("OK")
 
     async def info(self, request: web.Request, _: str) -> web.Response:
         nsqd, opts = self.nsqd, self.nsqd.options
@@ -603,6 +613,8 @@ class HttpApi:
         found, value = self.config_value(opt)
         if not found:
             raise ApiError(400, "INVALID_OPTION")
+        if isinstance(value, str):  # RespondV1 writes a string as it is, not as JSON
+            return _text(value)
         return _json(value)
 
     async def _set_lookupd_addresses(self, body: bytes) -> None:
@@ -610,17 +622,15 @@ class HttpApi:
             addrs = orjson.loads(body)
         except orjson.JSONDecodeError:
             raise ApiError(400, "INVALID_VALUE") from None
-        if addrs is None:
-            addrs = []  # Go decodes null into a nil slice; we keep an empty list
-        if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
+        # Go decodes null into a nil slice, which the option then answers as null
+        if addrs is not None and (not isinstance(addrs, list)
+                                  or not all(isinstance(a, str) for a in addrs)):
             raise ApiError(400, "INVALID_VALUE")
         flag = self.config_flags["nsqlookupd_tcp_addresses"]
-        self.nsqd.options.values[flag.attr] = list(addrs)
-        setter = getattr(self.nsqd, "set_lookupd_addresses", None)
-        if setter is not None:
-            result = setter(list(addrs))
-            if inspect.isawaitable(result):
-                await result
+        self.nsqd.options.values[flag.attr] = None if addrs is None else list(addrs)
+        result = self.nsqd.set_lookupd_addresses(list(addrs or ()))
+        if inspect.isawaitable(result):
+            await result
 
     def _set_log_level(self, body: bytes) -> None:
         level = body.decode("utf-8", "replace").lower()  # upstream's ParseLogLevel: no trimming
@@ -641,7 +651,7 @@ class HttpApi:
         try:
             _go_parse_int(raw)
         except ValueError as err:
-            return _text(f"invalid block rate : strconv.Atoi: parsing {go_quote(raw)}: {err}", 400)
+            return _plain(f"invalid block rate : strconv.Atoi: parsing {go_quote(raw)}: {err}", 400)
         return _error(500, "INTERNAL_ERROR")
 
     async def free_memory(self, request: web.Request, _: str) -> web.Response:
