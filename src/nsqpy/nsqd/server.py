@@ -58,6 +58,10 @@ class Server:
         if nsqd.tls_context is not None and opts.https_address:
             self.https_runner, nsqd.https_port = await start_http(nsqd, opts.https_address,
                                                                   nsqd.tls_context)
+        # as upstream, unset broadcast ports become the listeners' (what /config/... answers)
+        for key, port in (("broadcast_http_port", nsqd.http_port), ("broadcast_tcp_port", nsqd.tcp_port)):
+            if not opts.values[key] and port > 0:
+                opts.values[key] = port
         nsqd.run()
         statsd_task = start_statsd(nsqd)  # resolves --statsd-prefix; pushes with --statsd-address
         if statsd_task is not None:
