@@ -1,0 +1,185 @@
+"""nsqd's and nsqlookupd's HTTP APIs side by side with upstream v1.3.0's binaries, in lockstep.
+
+Both clusters (nsqlookupd + an nsqd registered with it, same flags) get the same raw requests in
+the same order: every route with every parameter it reads, with valid, invalid, encoded, repeated
+and missing values, odd methods and paths, bodies at and past the limits, then a seeded random mix
+of the same. Each answer (status line, headers, body) must be upstream's once times, ports and
+memory figures are masked (see ``http_lockstep.py``). The seed is printed; ``NSQ_HTTP_SEEDS`` (a
+comma-separated list) and ``NSQ_HTTP_REQUESTS`` (per seed) run more. Needs upstream's binaries
+(``NSQ_UPSTREAM_BIN``); skipped without them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from pathlib import Path
+
+import pytest
+
+from helpers.servers import VENV_BIN, ServerProcess, free_port
+from interop import http_lockstep as hl
+from nsqpy.nsqd.options import config_key_map
+
+pytestmark = pytest.mark.timeout(300)
+
+UPSTREAM = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
+SEEDS = [int(s) for s in os.environ.get("NSQ_HTTP_SEEDS", "1,2,3").split(",")]
+REQUESTS = int(os.environ.get("NSQ_HTTP_REQUESTS", "200"))
+NSQD_FLAGS = ["--max-msg-size=2048", "--max-body-size=8192", "--mem-queue-size=100"]
+
+hl.CONFIG_KEYS[:] = sorted(config_key_map())
+
+
+class Side:
+    """One cluster: nsqlookupd and an nsqd registered with it, from one binary directory."""
+
+    def __init__(self, name: str, bin_dir: Path, tmp: Path) -> None:
+        self.name = name
+        self.ports = {k: free_port() for k in ("lookupd_tcp", "lookupd_http", "nsqd_tcp", "nsqd_http")}
+        self.procs: list[ServerProcess] = []
+        data = tmp / name
+        data.mkdir()
+        p = self.ports
+        try:
+            self.procs.append(ServerProcess(
+                [str(bin_dir / "nsqlookupd"), f"--tcp-address=127.0.0.1:{p['lookupd_tcp']}",
+                 f"--http-address=127.0.0.1:{p['lookupd_http']}"],
+                f"http://127.0.0.1:{p['lookupd_http']}/ping", data / "nsqlookupd.log"))
+            self.procs.append(ServerProcess(
+                [str(bin_dir / "nsqd"), f"--tcp-address=127.0.0.1:{p['nsqd_tcp']}",
+                 f"--http-address=127.0.0.1:{p['nsqd_http']}", f"--data-path={data}",
+                 f"--lookupd-tcp-address=127.0.0.1:{p['lookupd_tcp']}", *NSQD_FLAGS],
+                f"http://127.0.0.1:{p['nsqd_http']}/ping", data / "nsqd.log"))
+        except BaseException:
+            self.stop()
+            raise
+        self.masks: dict = {port: f"<{role}>" for role, port in self.ports.items()}
+        self.masks[str(data)] = "<data-path>"
+
+    def port_of(self, daemon: str) -> int:
+        return self.ports["nsqd_http" if daemon == "nsqd" else "lookupd_http"]
+
+    def ask(self, request: hl.Request) -> hl.Answer:
+        """Send ``request`` with this side's own values in its placeholders."""
+        values = {"<node>": f"{socket.gethostname()}:{self.ports['nsqd_http']}",
+                  "<lookupd_tcp_port>": str(self.ports["lookupd_tcp"])}
+        target, body = request.target, request.body
+        for key, value in values.items():
+            target = target.replace(key, value)
+            body = body.replace(key.encode(), value.encode()) if body is not None else None
+        port = self.port_of(request.daemon)
+        mine = hl.Request(request.daemon, request.method, target, body, request.headers)
+        return hl.parse(hl.send(port, mine.encode(port)))
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory):
+    if not (UPSTREAM / "nsqd").exists() or not (UPSTREAM / "nsqlookupd").exists():
+        pytest.skip(f"upstream binaries not found in {UPSTREAM} (set NSQ_UPSTREAM_BIN)")
+    tmp = tmp_path_factory.mktemp("lockstep")
+    upstream = Side("upstream", UPSTREAM, tmp)
+    try:
+        ours = Side("ours", VENV_BIN, tmp)
+    except BaseException:
+        upstream.stop()
+        raise
+    yield upstream, ours
+    ours.stop()
+    upstream.stop()
+
+
+def _compare(sides, requests: list[hl.Request]) -> list[str]:
+    upstream, ours = sides
+    diffs = []
+    for i, req in enumerate(requests):
+        if req.daemon == "nsqlookupd" and (i == 0 or requests[i - 1].daemon == "nsqd"):
+            # nsqd registers with nsqlookupd in the background: let both settle first
+            probe = hl.Request("nsqlookupd", "GET", "/debug")
+            hl.settle(lambda side: hl.normalise(side.ask(probe), side.masks), (upstream, ours))
+        a, b = upstream.ask(req), ours.ask(req)
+        na, nb = hl.normalise(a, upstream.masks), hl.normalise(b, ours.masks)
+        if na != nb:
+            diffs.append(f"#{i} {req}\n  upstream: {a.raw[:600]!r}\n  ours:     {b.raw[:600]!r}"
+                         f"\n  {hl.explain(na, nb)}")
+    return diffs
+
+
+def _report(diffs: list[str], what: str) -> None:
+    assert not diffs, f"{len(diffs)} answers differ from upstream's ({what}):\n" + "\n".join(diffs[:int(os.environ.get("NSQ_HTTP_SHOW", "12"))])
+
+
+def every_route() -> list[hl.Request]:
+    """Each route with each parameter it reads: a fixed list, in an order that builds state."""
+    R = hl.Request
+    out = []
+    for name in hl.NAMES:
+        q = f"?topic={name}"
+        out += [R("nsqd", "POST", "/topic/create" + q, b""), R("nsqd", "POST", "/pub" + q, b"m"),
+                R("nsqd", "POST", f"/channel/create{q}&channel={name}", b"")]
+    for path in ["/pub?topic=t1", "/pub?topic=t1&defer=1000", "/pub?topic=t1&defer=-1",
+                 "/pub?topic=t1&defer=18446744073709551615", "/pub?topic=t1&defer=3600001",
+                 "/pub?topic=t1&defer=x", "/pub", "/pub?", "/pub?topic=", "/pub?topic=x#ephemeral",
+                 "/pub?topic=a#b&defer=5", "/pub?topic=t1&topic=t2"]:
+        out += [R("nsqd", "POST", path, b"hello"), R("nsqd", "POST", path, b""),
+                R("nsqd", "POST", path, b"x" * 2049)]
+    for binary in ["", "&binary=true", "&binary=false", "&binary=yes"]:
+        for body in [b"a\nb\n", b"", b"\n", b"x" * 2049, hl._binary_mpub([b"a", b"b"]),
+                     hl._binary_mpub([]), hl._binary_mpub([b"x" * 2049])]:
+            out.append(R("nsqd", "POST", "/mpub?topic=t1" + binary, body))
+    for path in hl.NSQD_POST_ROUTES:
+        for q in ["", "?", "?topic=t1", "?topic=nope", "?topic=bad!", "?topic=t1&channel=c1",
+                  "?topic=t1&channel=nope", "?topic=t1&channel=bad!", "?channel=c1"]:
+            out.append(R("nsqd", "POST", path + q, b""))
+        out += [R("nsqd", "GET", path + "?topic=t1"), R("nsqd", "OPTIONS", path)]
+    for q in ["", "?format=json", "?format=text", "?topic=t1", "?topic=t1&channel=c1",
+              "?format=json&topic=t1&include_clients=false", "?include_mem=false&format=json",
+              "?format=json&topic=nope", "?format=json&channel=c1"]:
+        out.append(R("nsqd", "GET", "/stats" + q))
+    for opt in hl.CONFIG_KEYS + ["nope", ""]:
+        out.append(R("nsqd", "GET", f"/config/{opt}"))
+    for body in [b'["127.0.0.1:1"]', b"null", b"[]", b"{}", b"x", b""]:
+        out += [R("nsqd", "PUT", "/config/nsqlookupd_tcp_addresses", body),
+                R("nsqd", "GET", "/config/nsqlookupd_tcp_addresses")]
+    out.append(R("nsqd", "PUT", "/config/nsqlookupd_tcp_addresses",
+                 b'["127.0.0.1:<lookupd_tcp_port>"]'))
+    for body in [b"debug", b"INFO", b"nope", b""]:
+        out += [R("nsqd", "PUT", "/config/log_level", body), R("nsqd", "GET", "/config/log_level")]
+    out += [R("nsqd", "PUT", "/config/msg_timeout", b"1"), R("nsqd", "PUT", "/debug/setblockrate?rate=1"),
+            R("nsqd", "PUT", "/debug/setblockrate?rate=x"), R("nsqd", "POST", "/debug/freememory"),
+            R("nsqd", "GET", "/ping"), R("nsqd", "GET", "/info"), R("nsqd", "OPTIONS", "/ping"),
+            R("nsqd", "GET", "/Ping"), R("nsqd", "GET", "/ping/"), R("nsqd", "GET", "/ping?"),
+            R("nsqd", "POST", "/Pub?topic=t1", b"m"), R("nsqd", "GET", "//ping"),
+            R("nsqd", "GET", "/nope"), R("nsqd", "HEAD", "/ping"), R("nsqd", "DELETE", "/pub")]
+    for path in hl.LOOKUPD_GET_ROUTES:
+        for q in ["", "?", "?topic=t1", "?topic=nope", "?topic=bad!", "?topic=x#ephemeral"]:
+            out.append(R("nsqlookupd", "GET", path + q))
+    for path in hl.LOOKUPD_POST_ROUTES:
+        for q in ["", "?topic=t9", "?topic=t9&channel=c9", "?topic=bad!", "?topic=t9&channel=bad!",
+                  "?topic=t1&node=<node>", "?topic=t1&node=nope", "?topic=t9#x&channel=c"]:
+            out.append(R("nsqlookupd", "POST", path + q, b""))
+        out += [R("nsqlookupd", "GET", path), R("nsqlookupd", "OPTIONS", path)]
+    out += [R("nsqlookupd", "GET", "/Lookup?topic=t1"), R("nsqlookupd", "GET", "/nodes/"),
+            R("nsqlookupd", "OPTIONS", "/ping"), R("nsqlookupd", "GET", "/nope")]
+    return out
+
+
+def test_every_route_answers_as_upstream(sides):
+    _report(_compare(sides, every_route()), "every route")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_requests_answer_as_upstream(sides, seed):
+    rng = random.Random(seed)
+    print(f"seed {seed}, {REQUESTS} requests")
+    requests = []
+    while len(requests) < REQUESTS:
+        make = hl.nsqd_request if rng.random() < 0.6 else hl.lookupd_request
+        batch = [make(rng) for _ in range(rng.randint(1, 8))]
+        requests += batch
+    _report(_compare(sides, requests), f"seed {seed}")
