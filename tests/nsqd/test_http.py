@@ -259,6 +259,9 @@ def test_pub_errors(node):
         (f"/pub?topic={topic}&defer=-1", b"x", 400, "INVALID_DEFER"),
         (f"/pub?topic={topic}&defer=3600001", b"x", 400, "INVALID_DEFER"),
         (f"/pub?topic={topic}&defer=1.5", b"x", 400, "INVALID_DEFER"),
+        # Go's time.Duration(ms) * time.Millisecond wraps around 64 bits: out of range...
+        (f"/pub?topic={topic}&defer=9223372036854775", b"x", 400, "INVALID_DEFER"),
+        (f"/pub?topic={topic}&defer=18446744073709551617", b"x", 400, "INVALID_DEFER"),
     ]
     for path, body, status, message in cases:
         r = call(node, "POST", path, body=body)
@@ -267,6 +270,9 @@ def test_pub_errors(node):
     t = topic_stats(node, topic)
     assert t["message_count"] == 0
     assert call(node, "POST", f"/pub?topic={topic}&defer=3600000", body=b"x").status == 200
+    # ... and these wrap to a delay in range, which upstream accepts
+    for wrapped in ("9223372036854776", "18446744073709552", "-9223372036854775808"):
+        assert call(node, "POST", f"/pub?topic={topic}&defer={wrapped}", body=b"x").status == 200
 
 
 def test_mpub_text_then_tcp_consume(node):

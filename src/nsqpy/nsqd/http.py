@@ -48,7 +48,7 @@ from ..common.router import unrouted_response
 from ..common.flags import format_duration
 from ..common.goweb import ApiError, first_value, go_json, parse_query, topic_channel_args
 from ..common.log import NSQ_LEVEL_NUMBERS, set_level
-from ..protocol.commands import go_quote
+from ..protocol.commands import go_quote, ms_to_duration_ns
 from ..protocol.names import is_valid_name
 from .hooks import PublishRefused
 from .options import _TLS_VERSIONS, config_key_map, topology_set
@@ -455,17 +455,18 @@ class HttpApi:
             raise ApiError(400, "MSG_EMPTY")
         query = _query(request)
         topic = self.nsqd.get_topic(self._topic_arg(query))  # created even if defer is bad
-        delay_ms = 0
+        delay_ns = 0
         raw_defer = first_value(query, "defer")
         if raw_defer is not None:
             try:
-                delay_ms = _go_parse_int(raw_defer)
+                # time.Duration(ms) * time.Millisecond: 64-bit, wrapping as Go's does
+                delay_ns = ms_to_duration_ns(_go_parse_int(raw_defer))
             except ValueError:
                 raise ApiError(400, "INVALID_DEFER") from None
-            if delay_ms < 0 or delay_ms > self.nsqd.limits.max_defer_timeout_ms:
+            if not 0 <= delay_ns <= self.nsqd.limits.max_defer_timeout_ms * 1_000_000:
                 raise ApiError(400, "INVALID_DEFER")
         msg = (self.nsqd.id_factory.next_id(), body, time.time_ns(), 0)
-        self._put(topic, [msg], len(body), delay_ms / 1000.0)
+        self._put(topic, [msg], len(body), delay_ns / 1e9)
         if self.nsqd.replicator is not None:
             await self._replicated()
         return _text("OK")
