@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -49,3 +50,82 @@ def make_logger(name: str, prefix: str, level: str) -> logging.Logger:
 
 def set_level(logger: logging.Logger, level: str) -> None:
     logger.setLevel(LEVELS[level])
+
+
+class RequestLog:
+    """Upstream's per-request HTTP log line (``200 GET /lookup?topic=t (127.0.0.1:5555) 9.6µs``)
+    at INFO, cheaply enough to write one per request.
+
+    Going through ``logging`` costs ~17 µs a line (a record, ``localtime``, a lock, a flush);
+    this formats the same NSQ-shaped line with the timestamp cached per second and appends it to
+    the byte buffer under the logger's stream, flushed once per event-loop turn. Every other log
+    line goes through the same buffer (the text stream flushes into it), so the order of lines
+    is kept. A logger not made by :func:`make_logger` gets the lines through ``logging``.
+    """
+
+    __slots__ = ("logger", "prefix", "raw", "_second", "_stamp", "_flush_pending")
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        handler = logger.handlers[0] if len(logger.handlers) == 1 else None
+        formatter = getattr(handler, "formatter", None)
+        stream = getattr(handler, "stream", None)
+        raw = getattr(stream, "buffer", None)
+        if isinstance(formatter, _NsqFormatter) and raw is not None:
+            self.prefix = formatter.prefix
+            self.raw = raw
+        else:
+            self.prefix = ""
+            self.raw = None
+        self._second = -1
+        self._stamp = ""
+        self._flush_pending = False
+
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
+
+    def request(self, status: int, method: str, uri: str, remote: str, elapsed_ns: int) -> None:
+        """Log one request (the caller checked :meth:`enabled`)."""
+        text = f"{status} {method} {uri} ({remote}) {go_duration(elapsed_ns)}"
+        raw = self.raw
+        if raw is None:
+            self.logger.info("%s", text)
+            return
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._stamp = self.prefix + time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(second))
+        raw.write(f"{self._stamp}.{int((now - second) * 1e6):06d} INFO: {text}\n".encode())
+        if not self._flush_pending:
+            self._flush_pending = True
+            try:
+                asyncio.get_running_loop().call_soon(self._flush)
+            except RuntimeError:
+                self._flush()
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        try:
+            self.raw.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            pass
+
+
+def go_duration(ns: int) -> str:
+    """Go's ``Duration.String`` for the short spans a request takes (``889ns``, ``9.6µs``,
+    ``93.424µs``, ``1.5ms``, ``2.000001s``)."""
+    if ns < 1000:
+        return f"{ns}ns" if ns else "0s"
+    if ns >= 60_000_000_000:
+        from .flags import format_duration
+
+        return format_duration(ns / 1e9)
+    for unit, size in (("µs", 1000), ("ms", 1_000_000), ("s", 1_000_000_000)):
+        if ns < size * 1000 or size == 1_000_000_000:
+            whole, frac = divmod(ns, size)
+            if not frac:
+                return f"{whole}{unit}"
+            digits = len(str(size)) - 1
+            return f"{whole}.{frac:0{digits}d}".rstrip("0") + unit
+    raise AssertionError("unreachable")
