@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -351,6 +350,8 @@ def server_flags(program: str) -> list[Flag]:
 
 
 def _load_config(path: str) -> dict[str, Any]:
+    import tomllib  # only with --config
+
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)

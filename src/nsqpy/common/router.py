@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
-from urllib.parse import quote
 
 from ..httpserver.wire import Head, Response
 
@@ -63,6 +62,8 @@ def _html_escape(text: str) -> str:
 def redirect_parts(method: str, path: str, raw_query: str) -> tuple[int, dict[str, str], bytes]:
     """What httprouter does with ``http.Redirect``: 301 for GET, 307 keeping the method, the
     query string kept; GET gets Go's little HTML body, GET and HEAD its Content-Type."""
+    from urllib.parse import quote  # redirects are rare: loaded with the first
+
     code = 301 if method == "GET" else 307
     location = quote(path, safe=_PATH_SAFE)
     if raw_query:

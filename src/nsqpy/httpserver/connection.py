@@ -26,7 +26,6 @@ import asyncio
 import re
 from collections import deque
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_to_bytes
 
 from httptools import (HttpParserCallbackError, HttpParserError, HttpParserInvalidMethodError,
                        HttpParserUpgrade, HttpRequestParser, parse_url)
@@ -716,4 +715,6 @@ def _unescape_path(raw: bytes) -> str:
         if len(pair) != 2 or not all(c in b"0123456789abcdefABCDEF" for c in pair):
             raise ValueError("invalid URL escape")
         i = raw.find(b"%", i + 3)
+    from urllib.parse import unquote_to_bytes  # escaped paths are rare
+
     return unquote_to_bytes(raw).decode("utf-8", "replace")
