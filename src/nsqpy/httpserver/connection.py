@@ -94,7 +94,8 @@ def _parse_error_response(err: Exception, head: bytes | None) -> bytes:
 class HTTPConnection(asyncio.Protocol):
     __slots__ = ("server", "app", "transport", "parser", "url", "headers", "method_override",
                  "req", "queue", "running", "out", "closing", "close_after_write", "paused",
-                 "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed", "last_post")
+                 "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed", "last_post", "ready",
+                 "_last_url", "_last_target", "_valid_host")
 
     def __init__(self, server: "HTTPServer") -> None:
         self.server = server
@@ -118,6 +119,11 @@ class HTTPConnection(asyncio.Protocol):
         self._ssl: Any = False
         self.completed = 0  # requests parsed to their end
         self.last_post = False
+        self.ready: Request | None = None  # a bodiless request answered at its end (fast path)
+        # what the previous request of this connection had, reused when it repeats
+        self._last_url = b""
+        self._last_target: tuple[str, str, str] = ("", "", "")
+        self._valid_host = b""
 
     # --- asyncio callbacks ----------------------------------------------------------------------
 
@@ -160,48 +166,65 @@ class HTTPConnection(asyncio.Protocol):
         self.deadline = self.server.now + self.server.idle_timeout if self.idle else 0.0
 
     def data_received(self, data: bytes) -> None:
-        if self.close_after_write or (self.closing and self.req is None):
+        if self.closing and (self.close_after_write or self.req is None):
             return
-        if self.head_bytes >= 0:
-            self.head_bytes += len(data)
-            if self.head_bytes > MAX_HEADER_BYTES:
+        head_bytes = self.head_bytes
+        if head_bytes >= 0:
+            head_bytes = self.head_bytes = head_bytes + len(data)
+            if head_bytes > MAX_HEADER_BYTES:
                 self._early(wire.HEADER_TOO_LARGE)
                 self._flush()
                 return
-        completed = self.completed
-        clean = self.head_bytes < 0 and self.req is None
-        if clean and not self.last_post and data[:1] in (b"\r", b"\n"):
+        elif (data[0] == 13 or data[0] == 10) and self.req is None and not self.last_post:
             # Go skips blank lines before a request only after a POST (RFC 7230 §3.5)
             self._early(wire.BAD_REQUEST)
             self._flush()
             return
-        self._feed(data, clean, completed)
-        if self.head_bytes == 0:
-            self.head_bytes = len(data)
-        self._flush()
-
-    def _feed(self, data: bytes, clean: bool, completed: int) -> None:
+        completed = self.completed
         try:
             self.parser.feed_data(data)
-        except HttpParserUpgrade as upgrade:
-            # Go serves "Upgrade:" requests as ordinary ones and reads on
-            rest = data[int(upgrade.args[0]):]
+        except (HttpParserError, HttpParserUpgrade) as err:
+            # a clean start: this read began between two requests and none ended in it
+            self._feed_failed(data, err, head_bytes < 0 and self.req is None
+                              and completed == self.completed)
+        if self.head_bytes == 0:
+            self.head_bytes = len(data)
+        out = self.out
+        if out:
+            transport = self.transport
+            if transport is not None:
+                transport.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
+        if self.closing:
+            self._flush()
+
+    def _feed_failed(self, data: bytes, err: Exception, clean: bool) -> None:
+        """What stopped the parser: our own stop, an ``Upgrade`` (Go reads on), or a request
+        llhttp refuses: some Go reads (parsed again rewritten), the rest get Go's answer."""
+        if isinstance(err, HttpParserUpgrade):
+            rest = data[int(err.args[0]):]
             if rest and not self.closing:
-                self._feed(rest, True, self.completed)
-        except HttpParserCallbackError as err:
+                self._feed(rest, True)
+        elif isinstance(err, HttpParserCallbackError):
             if not isinstance(err.__context__, _Stop):
                 self.server.internal_error(self, err.__context__ or err)
                 self._early(b"")
-        except HttpParserError as err:
-            # a request that started this read may be one Go reads and llhttp does not
-            if clean and completed == self.completed and self.req is None:
+        else:
+            if clean and self.req is None:
                 retry = _go_readable(data, err)
                 if retry is not None:
                     self.method_override, again = retry
                     self.parser = new_parser(self)
-                    self._feed(again, False, self.completed)
+                    self._feed(again, False)
                     return
-            self._parse_error(err, data if clean and completed == self.completed else None)
+            self._parse_error(err, data if clean else None)
+
+    def _feed(self, data: bytes, clean: bool) -> None:
+        completed = self.completed
+        try:
+            self.parser.feed_data(data)
+        except (HttpParserError, HttpParserUpgrade) as err:
+            self._feed_failed(data, err, clean and completed == self.completed)
 
     # --- parser callbacks -----------------------------------------------------------------------
 
@@ -226,12 +249,20 @@ class HTTPConnection(asyncio.Protocol):
         req = self._request()
         if req is None:
             raise _Stop
-        self.queue.append(req)
         endpoint = self.app.resolve(req) if req.target != "*" or req.method != "OPTIONS" else (
             _GLOBAL_OPTIONS)
         req.endpoint = endpoint
         mode = endpoint.body
-        if req.chunked or req.content_length:
+        has_body = req.chunked or req.content_length
+        if not self.queue and not has_body and mode != STREAM:
+            # the common case: no body, nothing owed before it; answered at message end
+            # without the queue's machinery
+            req.state = _COMPLETE
+            self.ready = req
+            return
+        req.begin_exchange()
+        self.queue.append(req)
+        if has_body:
             self.req = req
             server = self.server
             self.deadline = server.now + server.body_timeout
@@ -299,6 +330,38 @@ class HTTPConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.completed += 1
+        req = self.ready
+        if req is not None:
+            self.ready = None
+            if self.running is None:
+                try:
+                    result = req.endpoint.handler(req)  # type: ignore[union-attr]
+                except Exception as err:
+                    self.server.handler_failed(req, err)
+                    result = None
+                if type(result) is tuple:
+                    server = self.server
+                    data, close = wire.encode(result[0], result[1], server.date.value,
+                                              req.http11, req.close, req.keep_alive10,
+                                              req.method == "HEAD")
+                    self.out.append(data)
+                    if close:
+                        self.closing = self.close_after_write = True
+                    else:
+                        self.idle = True
+                        self.deadline = server.now + server.idle_timeout
+                    return
+                req.begin_exchange()
+                self.queue.append(req)
+                if result is None:
+                    self._fail(req)
+                else:
+                    self._settle(req, result)
+            else:
+                req.begin_exchange()
+                self.queue.append(req)
+            self._pump()
+            return
         req = self.req
         self.req = None
         if req is not None:
@@ -327,32 +390,18 @@ class HTTPConnection(asyncio.Protocol):
         else:
             self.method_override = None
         url = self.url
-        if url[:1] == b"/":
-            raw_path, _, raw_query = url.partition(b"?")
-            target = url.decode("latin-1")
-        elif url == b"*":
-            raw_path, raw_query, target = b"*", b"", "*"
-        else:  # absolute form: Go routes on its path and logs path?query
-            try:
-                parsed = parse_url(url)
-            except HttpParserError:
-                self._early(wire.BAD_REQUEST)
-                return None
-            raw_path = parsed.path or b"/"
-            raw_query = parsed.query or b""
-            target = (raw_path + (b"?" + raw_query if raw_query else b"")).decode("latin-1")
-        if b"%" in raw_path:
-            try:
-                path = _unescape_path(raw_path)
-            except ValueError:
-                self._early(wire.BAD_REQUEST)
-                return None
+        if url == self._last_url:
+            target, path, query = self._last_target
         else:
-            path = raw_path.decode("latin-1")
+            parts = self._target(url)
+            if parts is None:
+                self._early(wire.BAD_REQUEST)
+                return None
+            target, path, query = self._last_target = parts
+            self._last_url = url
         http11 = version == "1.1" or version > "1.0"  # Go's ProtoAtLeast(1, 1)
         self.last_post = method == "POST"
-        req = Request(self, method, target, path, raw_query.decode("latin-1"), http11,
-                      self.headers)
+        req = Request(self, method, target, path, query, http11, self.headers)
         # the headers Go's server looks at, checked in its order
         hosts = 0
         host = b""
@@ -391,29 +440,64 @@ class HTTPConnection(asyncio.Protocol):
                 self._early(wire.BAD_REQUEST)
                 return None
             req.content_length = values.pop()
-        h2_preface = version == "2.0" and method == "PRI" and url == b"*"
-        if version[0] != "1" and not h2_preface:
-            self._early(wire.VERSION_NOT_SUPPORTED)
-            return None
-        if hosts > 1:
-            self._early(wire.BAD_REQUEST)
-            return None
-        if http11 and not hosts and method != "CONNECT" and not h2_preface:
-            self._early(wire.MISSING_HOST)
-            return None
-        if hosts and not wire.valid_host(host):
-            self._early(wire.MALFORMED_HOST)
-            return None
+        if version == "1.1":
+            if hosts != 1 and (hosts or method != "CONNECT"):
+                self._early(wire.BAD_REQUEST if hosts else wire.MISSING_HOST)
+                return None
+        else:
+            h2_preface = version == "2.0" and method == "PRI" and url == b"*"
+            if version[0] != "1" and not h2_preface:
+                self._early(wire.VERSION_NOT_SUPPORTED)
+                return None
+            if hosts > 1:
+                self._early(wire.BAD_REQUEST)
+                return None
+            if http11 and not hosts and method != "CONNECT" and not h2_preface:
+                self._early(wire.MISSING_HOST)
+                return None
+            if h2_preface:
+                req.close = True
+        if hosts and host != self._valid_host:
+            if not wire.valid_host(host):
+                self._early(wire.MALFORMED_HOST)
+                return None
+            self._valid_host = host
         if expect:
             if not wire.has_token(expect, b"100-continue"):
                 self._early(wire.expectation_failed(self.server.date.value))
                 return None
             req.expect_continue = http11 and req.content_length != 0
-        if req.wants_close or h2_preface:
+        if req.wants_close:
             req.close = True
         if req.close or not (http11 or req.keep_alive10):
             self.closing = True  # nothing after this request is read
         return req
+
+    @staticmethod
+    def _target(url: bytes) -> tuple[str, str, str] | None:
+        """``(target, path, query)`` of a request-URI: what Go logs (``RequestURI()``), the
+        decoded path it routes on, the raw query; None when Go would refuse it."""
+        if url[:1] == b"/":
+            raw_path, _, raw_query = url.partition(b"?")
+            target = url.decode("latin-1")
+        elif url == b"*":
+            raw_path, raw_query, target = b"*", b"", "*"
+        else:  # absolute form: Go routes on its path and logs path?query
+            try:
+                parsed = parse_url(url)
+            except HttpParserError:
+                return None
+            raw_path = parsed.path or b"/"
+            raw_query = parsed.query or b""
+            target = (raw_path + (b"?" + raw_query if raw_query else b"")).decode("latin-1")
+        if b"%" in raw_path:
+            try:
+                path = _unescape_path(raw_path)
+            except ValueError:
+                return None
+        else:
+            path = raw_path.decode("latin-1")
+        return target, path, raw_query.decode("latin-1")
 
     def _run(self, req: Request) -> None:
         """Call the handler now that its turn has come (its body is in, if it buffers it)."""

@@ -111,13 +111,17 @@ class Request:
         self.params: dict[str, str] = _NO_PARAMS
         self.body: bytes | None = b""
         self.endpoint: Endpoint | None = None
+        self.state = 0  # the connection's body state
+        self.close = False
+
+    def begin_exchange(self) -> None:
+        """The connection's bookkeeping for a request it queues (a bodiless request answered
+        at once needs none of it)."""
         self.response: Response | None = None
         self.reader: BodyReader | None = None
         self.parts: list[bytes] | None = None
         self.received = 0
-        self.state = 0  # the connection's body state
         self.phase = 0  # the connection's handler state
-        self.close = False
         self.raw: bytes | None = None
         self.skipped = 0
         self.continue_sent = False

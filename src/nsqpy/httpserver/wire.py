@@ -68,7 +68,8 @@ class Head:
     Content-Length, where Go puts it, and only for a non-empty body.
     """
 
-    __slots__ = ("status", "prefix11", "prefix10", "sniffed_line", "body_allowed", "has_length")
+    __slots__ = ("status", "prefix11", "prefix10", "sniffed_line", "body_allowed", "has_length",
+                 "_date", "_dated")
 
     def __init__(self, status: int, headers: list[tuple[str, str]] | tuple = (),
                  sniffed: str = TEXT_PLAIN) -> None:
@@ -83,6 +84,9 @@ class Head:
         self.body_allowed = _body_allowed(status)
         #: the handler set Content-Length itself (Go then adds none)
         self.has_length = any(k == "Content-Length" for k, _ in fields)
+        # the HTTP/1.1 head up to the length's digits, for the Date value it was made with
+        self._date = b""
+        self._dated = b""
 
     def __repr__(self) -> str:
         return f"<Head {self.status}>"
@@ -101,6 +105,14 @@ def encode(head: Head, body: bytes, date: bytes, http11: bool = True, close: boo
     whose body is not sent (its length is, as Go computes it).
     """
     n = len(body)
+    if (http11 and n <= BUFFER_BEFORE_CHUNKING and head.body_allowed
+            and not (close or head_request or head.has_length)):
+        # the common answer: keep-alive, with its length; Date changes once a second
+        if head._date is not date:
+            head._date = date
+            head._dated = head.prefix11 + date + b"\r\nContent-Length: "
+        return b"%s%d\r\n%s\r\n%s" % (head._dated, n, head.sniffed_line if n else b"",
+                                            body), False
     if not head.body_allowed:
         # 1xx/204/304: no body, no length, no sniffed type
         conn = b"Connection: close\r\n" if close and http11 else b""

@@ -25,7 +25,9 @@ from ..common.log import RequestLog
 from ..common.router import Router, unrouted_answer
 from ..httpserver import DRAIN, IGNORE, Endpoint, Head, Request, Response
 from ..protocol.names import is_valid_name
-from .registration_db import GO_ZERO_TIME_UNIX_NANO, PeerInfo, filter_active, keys, subkeys
+from .registration_db import (
+    GO_ZERO_TIME_UNIX_NANO, PeerInfo, filter_active, keys, next_change, subkeys,
+)
 from .state import LookupdState
 
 V1_HEADER = "X-NSQ-Content-Type"
@@ -41,6 +43,9 @@ OK_EMPTY = Head(200, ((V1_HEADER, V1_VALUE),))
 #: upstream's ``PlainText`` decorator sets no Content-Type: Go's server sniffs it
 OK_PLAIN = Head(200)
 OK_METRICS = Head(200, (("Content-Type", METRICS_TYPE),))
+
+#: topics whose /lookup answers are kept (the table is emptied when full)
+_LOOKUP_CACHE_SIZE = 1024
 
 _ERROR_HEADS: dict[tuple[int, tuple[tuple[str, str], ...]], Head] = {}
 _ERROR_BODIES: dict[str, bytes] = {}
@@ -65,12 +70,22 @@ def peer_json(peer: PeerInfo) -> bytes:
     return data
 
 
+_QUERIES: dict[str, dict[str, list[str]]] = {}
+
+
 def _params(request: Request) -> dict[str, list[str]]:
-    """``http_api.NewReqParams``: the query, then the body read to its end."""
-    try:
-        params = parse_query(request.query)
-    except ValueError:
-        raise ApiError(400, "INVALID_REQUEST") from None
+    """``http_api.NewReqParams``: the query, then the body read to its end. Parsed queries are
+    kept (pollers repeat theirs); the handlers only read them."""
+    query = request.query
+    params = _QUERIES.get(query)
+    if params is None:
+        try:
+            params = parse_query(query)
+        except ValueError:
+            raise ApiError(400, "INVALID_REQUEST") from None
+        if len(_QUERIES) >= _LOOKUP_CACHE_SIZE:
+            _QUERIES.clear()
+        _QUERIES[query] = params
     if request.body is None:
         raise ApiError(400, "INVALID_REQUEST")
     return params
@@ -112,6 +127,8 @@ class LookupdHTTP:
         self._static = self.router.static
         self._unrouted = Endpoint(self._logged(self._unrouted_answer, -1))
         self._info_body = go_json({"version": NSQ_COMPAT_VERSION})
+        #: topic -> (DB version, valid until (unix ns), /lookup body)
+        self._lookups: dict[str, tuple[int, int, bytes]] = {}
 
     # --- routing --------------------------------------------------------------------------------
 
@@ -185,15 +202,27 @@ class LookupdHTTP:
         if topic is None:
             raise ApiError(400, "MISSING_ARG_TOPIC")
         db = self.db
+        now = time.time_ns()
+        cached = self._lookups.get(topic)
+        if cached is not None and cached[0] == db.version and now < cached[1]:
+            return cached[2]
         if not db.find_registrations("topic", topic, ""):
             raise ApiError(404, "TOPIC_NOT_FOUND")
         lookupd = self.lookupd
         channels = subkeys(db.find_registrations("channel", topic, "*"))
-        producers = filter_active(db.find_producers("topic", topic, ""),
-                                  lookupd.inactive_timeout_ns, lookupd.tombstone_lifetime_ns)
+        candidates = db.find_producers("topic", topic, "")
+        producers = filter_active(candidates, lookupd.inactive_timeout_ns,
+                                  lookupd.tombstone_lifetime_ns, now)
         # {"channels":[...],"producers":[...]} assembled from each peer's cached encoding
-        return b'{"channels":%s,"producers":[%s]}' % (
+        body = b'{"channels":%s,"producers":[%s]}' % (
             orjson.dumps(channels), b",".join([peer_json(p.peer) for p in producers]))
+        # consumers poll /lookup: the answer stands until the DB changes or a producer's
+        # activity or tombstone runs out
+        if len(self._lookups) >= _LOOKUP_CACHE_SIZE:
+            self._lookups.clear()
+        self._lookups[topic] = (db.version, next_change(
+            candidates, lookupd.inactive_timeout_ns, lookupd.tombstone_lifetime_ns, now), body)
+        return body
 
     def nodes(self, request: Request) -> bytes:
         db = self.db
@@ -277,6 +306,7 @@ class LookupdHTTP:
             if node in (f"{p.peer.broadcast_address}:{p.peer.http_port}",
                         join_host_port(p.peer.broadcast_address, p.peer.http_port)):
                 p.tombstone(now)
+                self.db.touch()
 
     def create_channel(self, request: Request) -> None:
         topic, channel = topic_channel_args(_params(request))

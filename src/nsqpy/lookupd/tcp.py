@@ -159,6 +159,7 @@ class LookupV1Protocol(asyncio.Protocol):
                 logger.info("CLIENT(%s): pinged (last ping %s)", peer.id,
                             format_duration((now - peer.last_update) / 1e9))
             peer.last_update = now
+            self._lookupd.db.touch()  # a silent producer may be active again
 
     def _register(self, topic: str, channel: str) -> None:
         lookupd = self._lookupd
