@@ -54,6 +54,8 @@ def set_level(logger: logging.Logger, level: str) -> None:
 
 #: how long request lines may wait to be written together
 FLUSH_DELAY = 0.001
+#: the fraction and unit of ``N.xyzµs`` as Go prints it (trailing zeros dropped), by xyz
+_MICROS = tuple((f".{n:03d}".rstrip("0").rstrip(".")) + "µs" for n in range(1000))
 
 
 class RequestLog:
@@ -102,11 +104,11 @@ class RequestLog:
             self._stamp = self.prefix + time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(second))
         if 1000 <= elapsed_ns < 1_000_000:  # most requests: Go's "12.345µs"
             whole, frac = divmod(elapsed_ns, 1000)
-            took = f"{whole}.{frac:03d}".rstrip("0").rstrip(".") + "µs"
+            line = (f"{self._stamp}.{int((now - second) * 1e6):06d} INFO: {status} {method} "
+                    f"{uri} ({remote}) {whole}{_MICROS[frac]}\n")
         else:
-            took = go_duration(elapsed_ns)
-        line = (f"{self._stamp}.{int((now - second) * 1e6):06d} INFO: {status} {method} {uri} "
-                f"({remote}) {took}\n")
+            line = (f"{self._stamp}.{int((now - second) * 1e6):06d} INFO: {status} {method} "
+                    f"{uri} ({remote}) {go_duration(elapsed_ns)}\n")
         pending = self.pending
         if not pending:
             try:

@@ -149,9 +149,10 @@ class LookupdHTTP:
         """Upstream's decorators around a handler: its answer as V1/PlainText, a panic as
         500 INTERNAL_ERROR, and the request's log line."""
         lookupd = self.lookupd
-        log = self.request_log
+        log = self.request_log.request
         logger = self.logger
         clock = time.perf_counter_ns
+        head = {_PLAIN: OK_PLAIN, _METRICS: OK_METRICS}.get(kind)
 
         def endpoint(request: Request) -> Response:
             start = clock()
@@ -159,10 +160,8 @@ class LookupdHTTP:
                 data = handler(request)
                 if kind == _V1:
                     response = (OK_EMPTY, b"") if data is None else (OK_JSON, data)
-                elif kind == _PLAIN:
-                    response = (OK_PLAIN, data)
-                elif kind == _METRICS:
-                    response = (OK_METRICS, data)
+                elif head is not None:
+                    response = (head, data)
                 else:
                     response = data
             except ApiError as err:
@@ -172,8 +171,8 @@ class LookupdHTTP:
                 response = v1_error(500, "INTERNAL_ERROR")
             if lookupd.log_info and (kind >= 0 or response[0].status in (404, 405)):
                 # httprouter answers redirects and OPTIONS itself, unlogged
-                log.request(response[0].status, request.method, request.target,
-                            request.remote_addr, clock() - start)
+                log(response[0].status, request.method, request.target, request.conn.remote_addr,
+                    clock() - start)
             return response
 
         return endpoint
