@@ -52,7 +52,7 @@ def set_level(logger: logging.Logger, level: str) -> None:
     logger.setLevel(LEVELS[level])
 
 
-#: how long request lines may wait to be written together
+#: how long request lines wait at most when no answer is written after them
 FLUSH_DELAY = 0.001
 #: the fraction and unit of ``N.xyzµs`` as Go prints it (trailing zeros dropped), by xyz
 _MICROS = tuple((f".{n:03d}".rstrip("0").rstrip(".")) + "µs" for n in range(1000))
@@ -63,14 +63,16 @@ class RequestLog:
     at INFO, cheaply enough to write one per request.
 
     Going through ``logging`` costs ~17 µs a line (a record, ``localtime``, a lock, a flush).
-    This formats the same NSQ-shaped line with the timestamp cached per second and writes the
-    lines of a millisecond together (one write instead of one per line, as Go's logger does).
-    So that the log keeps its order, any record the logger's handler emits first writes out the
-    lines still pending (a filter on the handler). A logger not made by :func:`make_logger`
-    gets the lines through ``logging``.
+    This formats the same NSQ-shaped line with the timestamp cached per second and keeps the
+    lines until :meth:`flush`: the HTTP server calls it before it writes answers (so, as with
+    Go, a client never holds an answer whose line is not in the log yet, and the lines of one
+    read go out in one write), and a timer within a millisecond otherwise. So that the log
+    keeps its order, any record the logger's handler emits first writes out the lines still
+    pending (a filter on the handler). A logger not made by :func:`make_logger` gets the lines
+    through ``logging``.
     """
 
-    __slots__ = ("logger", "prefix", "stream", "pending", "_second", "_stamp")
+    __slots__ = ("logger", "prefix", "stream", "pending", "_second", "_stamp", "_timer")
 
     def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
@@ -78,6 +80,7 @@ class RequestLog:
         formatter = getattr(handler, "formatter", None)
         stream = getattr(handler, "stream", None)
         self.pending: list[str] = []
+        self._timer: asyncio.TimerHandle | None = None
         self._second = -1
         self._stamp = ""
         if handler is not None and isinstance(formatter, _NsqFormatter) and stream is not None:
@@ -109,17 +112,20 @@ class RequestLog:
         else:
             line = (f"{self._stamp}.{int((now - second) * 1e6):06d} INFO: {status} {method} "
                     f"{uri} ({remote}) {go_duration(elapsed_ns)}\n")
-        pending = self.pending
-        if not pending:
+        if self._timer is None:
             try:
-                asyncio.get_running_loop().call_later(FLUSH_DELAY, self.flush)
+                self._timer = asyncio.get_running_loop().call_later(FLUSH_DELAY, self._on_timer)
             except RuntimeError:  # no event loop: written at once
                 self.stream.write(line)
                 return
-        pending.append(line)
+        self.pending.append(line)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.flush()
 
     def flush(self) -> None:
-        """Write the pending lines (one write for the loop turn)."""
+        """Write the pending lines, in one write."""
         pending = self.pending
         if pending and self.stream is not None:
             text = "".join(pending)

@@ -23,14 +23,14 @@ answers) is closed after ``idle_timeout``.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from httptools import (HttpParserCallbackError, HttpParserError, HttpParserInvalidMethodError,
-                       HttpParserUpgrade, HttpRequestParser, parse_url)
+from httptools import (HttpParserCallbackError, HttpParserError, HttpParserUpgrade,
+                       HttpRequestParser, parse_url)
 
 from . import wire
+from .quirks import go_readable, parse_error_answer, unescape_path
 from .request import DRAIN, IGNORE, STREAM, Endpoint, Request
 
 if TYPE_CHECKING:
@@ -49,8 +49,6 @@ _RECEIVING, _COMPLETE, _BROKEN = 0, 1, 2
 _PAUSE_WRITES, _PAUSE_HANDLER = 1, 2
 
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
-_TOKEN_BYTES = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                         b"abcdefghijklmnopqrstuvwxyz")
 _HEADER_KIND = {b"host": 1, b"content-length": 2, b"transfer-encoding": 3, b"expect": 4,
                 b"connection": 5}
 
@@ -72,23 +70,6 @@ def new_parser(protocol: Any) -> HttpRequestParser:
                                     lenient_optional_cr_before_lf=True,
                                     lenient_data_after_close=True)
     return parser
-
-
-def _parse_error_response(err: Exception, head: bytes | None) -> bytes:
-    """Go's answer to what llhttp refused in a request head (``head``: the request's bytes,
-    when this read began with it)."""
-    text = str(err)
-    if "Transfer-Encoding" in text:
-        return wire.UNSUPPORTED_TRANSFER_ENCODING
-    if "header token" in text:
-        # Go reads a line without a colon as a malformed head, a bad name as a bad name
-        lines = _HEAD_END.split(head, 1)[0].splitlines()[1:] if head else ()
-        if any(b":" not in line for line in lines):
-            return wire.BAD_REQUEST
-        return wire.INVALID_HEADER_NAME
-    if "header value char" in text:
-        return wire.INVALID_HEADER_VALUE
-    return wire.BAD_REQUEST
 
 
 class HTTPConnection(asyncio.Protocol):
@@ -152,7 +133,7 @@ class HTTPConnection(asyncio.Protocol):
         self.closing = True
         self._pump()
         self._flush()
-        # keep the transport open for the answers still owed; _flush closes it after them
+        # keep the transport open for the answers still owed; write_out closes it after them
         return self.transport is not None and (bool(self.queue) or self.running is not None)
 
     def pause_writing(self) -> None:
@@ -189,14 +170,8 @@ class HTTPConnection(asyncio.Protocol):
                               and completed == self.completed)
         if self.head_bytes == 0:
             self.head_bytes = len(data)
-        out = self.out
-        if out:
-            transport = self.transport
-            if transport is not None:
-                transport.write(out[0] if len(out) == 1 else b"".join(out))
-            out.clear()
-        if self.closing:
-            self._flush()
+        if self.out or self.closing:
+            self.write_out()
 
     def _feed_failed(self, data: bytes, err: Exception, clean: bool) -> None:
         """What stopped the parser: our own stop, an ``Upgrade`` (Go reads on), or a request
@@ -211,7 +186,7 @@ class HTTPConnection(asyncio.Protocol):
                 self._early(b"")
         else:
             if clean and self.req is None:
-                retry = _go_readable(data, err)
+                retry = go_readable(data, err)
                 if retry is not None:
                     self.method_override, again = retry
                     self.parser = new_parser(self)
@@ -492,7 +467,7 @@ class HTTPConnection(asyncio.Protocol):
             target = (raw_path + (b"?" + raw_query if raw_query else b"")).decode("latin-1")
         if b"%" in raw_path:
             try:
-                path = _unescape_path(raw_path)
+                path = unescape_path(raw_path)
             except ValueError:
                 return None
         else:
@@ -672,17 +647,26 @@ class HTTPConnection(asyncio.Protocol):
             self.req = None
             self._body_broken(req)
         else:
-            self._early(_parse_error_response(err, head))
+            self._early(parse_error_answer(err, head))
 
     # --- output ---------------------------------------------------------------------------------
 
     def _flush(self) -> None:
+        self.write_out()
+
+    def write_out(self) -> None:
+        """One write for everything this connection owes now, then the close it decided on.
+        The server's ``before_write`` runs first: a request's log line precedes its answer,
+        as in Go (it logs before its buffered answer leaves)."""
         out = self.out
         transport = self.transport
-        if transport is None:
+        if transport is None or transport.is_closing():
             out.clear()
             return
         if out:
+            before = self.server.before_write
+            if before is not None:
+                before()
             transport.write(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
         if self.close_after_write or (self.closing and not self.queue and self.running is None
@@ -738,67 +722,3 @@ class HTTPConnection(asyncio.Protocol):
             value = self.transport.get_extra_info("ssl_object") if self.transport else None
             self._ssl = value
         return value
-
-
-_BARE_LF = re.compile(rb"(?<!\r)\n")
-_HEAD_END = re.compile(rb"\r?\n\r?\n")
-
-
-def _go_readable(data: bytes, err: Exception) -> tuple[str | None, bytes] | None:
-    """A request head (at the start of ``data``) llhttp refused but Go reads, rewritten so that
-    llhttp reads it too, with the method to use instead of the stand-in: any token as method
-    (``get`` is routed, and gets 405), bare LF line ends, HTTP/2's ``PRI *`` preface line."""
-    start = 0
-    while data[start:start + 2] == b"\r\n":
-        start += 2
-    space = data.find(b" ", start)
-    if space <= start:
-        return None
-    method = data[start:space]
-    if isinstance(err, HttpParserInvalidMethodError):
-        if all(c in _TOKEN_BYTES for c in method):
-            return method.decode("latin-1"), b"GET" + data[space:]
-        return None
-    text = str(err)
-    if "CRLF" in text or "LF after" in text:
-        end = _HEAD_END.search(data, start)
-        if end is None:
-            return None
-        head = _BARE_LF.sub(b"\r\n", data[start:end.end()])
-        return None, head + data[end.end():]
-    if "Duplicate Content-Length" in text:
-        # Go keeps one of several equal Content-Length headers
-        end = _HEAD_END.search(data, start)
-        if end is None:
-            return None
-        lines = data[start:end.start()].split(b"\r\n")
-        lengths = {line.split(b":", 1)[1].strip() for line in lines
-                   if line[:15].lower() == b"content-length:"}
-        if len(lengths) != 1:
-            return None
-        seen = False
-        kept = []
-        for line in lines:
-            if line[:15].lower() == b"content-length:":
-                if seen:
-                    continue
-                seen = True
-            kept.append(line)
-        return None, b"\r\n".join(kept) + data[end.start():]
-    if "PRI" in text and data.startswith(b"PRI * HTTP/2.0\r\n", start):
-        # Go answers the preface's request line like any other, then closes
-        return "PRI", b"GET * HTTP/2.0\r\nConnection: close\r\n\r\n"
-    return None
-
-
-def _unescape_path(raw: bytes) -> str:
-    """Go's path unescaping: every ``%`` must start two hex digits (ValueError otherwise)."""
-    i = raw.find(b"%")
-    while i >= 0:
-        pair = raw[i + 1:i + 3]
-        if len(pair) != 2 or not all(c in b"0123456789abcdefABCDEF" for c in pair):
-            raise ValueError("invalid URL escape")
-        i = raw.find(b"%", i + 3)
-    from urllib.parse import unquote_to_bytes  # escaped paths are rare
-
-    return unquote_to_bytes(raw).decode("utf-8", "replace")

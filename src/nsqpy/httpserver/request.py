@@ -135,10 +135,6 @@ class Request:
         return None
 
     @property
-    def has_body(self) -> bool:
-        return self.chunked or bool(self.content_length)
-
-    @property
     def remote_addr(self) -> str:
         """Go's ``RemoteAddr``: ``127.0.0.1:5555``, ``[::1]:5555``, or ``@`` for a unix socket."""
         return self.conn.remote_addr

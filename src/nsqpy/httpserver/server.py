@@ -17,7 +17,7 @@ import asyncio
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .connection import HTTPConnection
 from .request import App, Request
@@ -38,9 +38,15 @@ class HTTPServer:
     every connection (after the answers already written)."""
 
     def __init__(self, app: App, *, ssl_context: "ssl.SSLContext | None" = None,
-                 logger: logging.Logger | None = None, header_timeout: float = HEADER_TIMEOUT,
-                 body_timeout: float = BODY_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT) -> None:
+                 logger: logging.Logger | None = None,
+                 before_write: Callable[[], None] | None = None,
+                 header_timeout: float = HEADER_TIMEOUT, body_timeout: float = BODY_TIMEOUT,
+                 idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.app = app
+        #: run before answers are written: the daemon's request log flushes there, so a client
+        #: never holds an answer whose log line is not written yet (Go logs before its
+        #: buffered answer leaves)
+        self.before_write = before_write
         self.ssl_context = ssl_context
         self.logger = logger
         self.header_timeout = header_timeout

@@ -34,7 +34,8 @@ class NSQLookupd:
         self._tcp_sock: socket.socket | None = None
         self._http_sock: socket.socket | None = None
         self._tcp = TCPServer(self.state)
-        self._http = HTTPServer(LookupdHTTP(self.state), logger=logger)
+        api = LookupdHTTP(self.state)
+        self._http = HTTPServer(api, logger=logger, before_write=api.request_log.flush)
 
     def bind(self) -> None:
         """Open both listening sockets; OSError/ValueError with upstream's message on failure."""
