@@ -5,6 +5,7 @@ that reads answers byte for byte."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
 import threading
@@ -107,6 +108,15 @@ class RecordingApp:
         return self.routes.get(request.path, self.missing)
 
 
+class _ListHandler(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__()
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
 class LayerServer:
     """The server in a thread; ``port`` (or ``path`` for a unix socket) to connect to."""
 
@@ -115,7 +125,12 @@ class LayerServer:
         self.app = RecordingApp()
         self.sock = sock
         self.port = sock.getsockname()[1] if sock.family != socket.AF_UNIX else 0
-        self.server = HTTPServer(self.app, ssl_context=ssl_context, **timeouts)
+        #: what the server logged (only its own failures ever are)
+        self.errors: list[str] = []
+        logger = logging.getLogger(f"http_layer.{id(self)}")
+        logger.propagate = False
+        logger.addHandler(_ListHandler(self.errors))
+        self.server = HTTPServer(self.app, ssl_context=ssl_context, logger=logger, **timeouts)
         self.loop: asyncio.AbstractEventLoop | None = None
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)

@@ -165,8 +165,12 @@ class HTTPConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except (HttpParserError, HttpParserUpgrade) as err:
+            failure: Exception | None = err
+        else:
+            failure = None
+        if failure is not None:  # handled outside the except: see _feed_failed
             # a clean start: this read began between two requests and none ended in it
-            self._feed_failed(data, err, head_bytes < 0 and self.req is None
+            self._feed_failed(data, failure, head_bytes < 0 and self.req is None
                               and completed == self.completed)
         if self.head_bytes == 0:
             self.head_bytes = len(data)
@@ -175,7 +179,9 @@ class HTTPConnection(asyncio.Protocol):
 
     def _feed_failed(self, data: bytes, err: Exception, clean: bool) -> None:
         """What stopped the parser: our own stop, an ``Upgrade`` (Go reads on), or a request
-        llhttp refuses: some Go reads (parsed again rewritten), the rest get Go's answer."""
+        llhttp refuses: some Go reads (parsed again rewritten), the rest get Go's answer.
+        Called outside the ``except`` that caught ``err``: a parse started from there would
+        have its callback errors chained to ``err`` instead of to our stop."""
         if isinstance(err, HttpParserUpgrade):
             rest = data[int(err.args[0]):]
             if rest and not self.closing:
@@ -199,7 +205,11 @@ class HTTPConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except (HttpParserError, HttpParserUpgrade) as err:
-            self._feed_failed(data, err, clean and completed == self.completed)
+            failure: Exception | None = err
+        else:
+            failure = None
+        if failure is not None:
+            self._feed_failed(data, failure, clean and completed == self.completed)
 
     # --- parser callbacks -----------------------------------------------------------------------
 
