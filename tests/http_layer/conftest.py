@@ -87,6 +87,9 @@ class RecordingApp:
             rec.calls.append("slow end")
             return OK, b"slow"
 
+        def echo(request: Request):
+            return OK, (request.header("x-echo") or "-").encode()
+
         def peer(request: Request):
             cert = request.ssl_object.getpeercert() if request.ssl_object else None
             rec.peers.append(cert)
@@ -101,6 +104,7 @@ class RecordingApp:
             "/slow": Endpoint(slow, IGNORE),
             "/big": Endpoint(lambda request: (OK, b"x" * 5000)),
             "/peer": Endpoint(peer),
+            "/echo": Endpoint(echo),
         }
         self.missing = Endpoint(lambda request: (Head(404), b"404 page not found\n"))
 

@@ -50,6 +50,13 @@ def test_answer_bytes_are_gos(layer, client):
     assert body == b"x" * 5000
 
 
+def test_the_handler_sees_headers_as_sent(layer, client):
+    c = client(layer().port)
+    c.send(b"GET /echo HTTP/1.1\r\nHost: x\r\nX-ECHO: Mixed Case\r\n\r\nGET /echo HTTP/1.1\r\n"
+           b"Host: x\r\n\r\n")
+    assert [c.read_answer()[2] for _ in range(2)] == [b"Mixed Case", b"-"]
+
+
 def test_pipelined_requests_are_answered_in_order(layer, client):
     server = layer()
     c = client(server.port)
