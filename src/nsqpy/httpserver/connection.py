@@ -27,10 +27,11 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from httptools import (HttpParserCallbackError, HttpParserError, HttpParserUpgrade,
-                       HttpRequestParser, parse_url)
+                       HttpRequestParser)
 
 from . import wire
-from .quirks import go_readable, parse_error_answer, unescape_path
+from .head import HeadReader
+from .quirks import go_readable, parse_error_answer
 from .request import DRAIN, IGNORE, STREAM, Endpoint, Request
 
 if TYPE_CHECKING:
@@ -49,9 +50,6 @@ _RECEIVING, _COMPLETE, _BROKEN = 0, 1, 2
 _PAUSE_WRITES, _PAUSE_HANDLER = 1, 2
 
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
-_HEADER_KIND = {b"host": 1, b"content-length": 2, b"transfer-encoding": 3, b"expect": 4,
-                b"connection": 5}
-
 
 #: ``OPTIONS *`` is answered by Go's server itself, before any router
 _GLOBAL_OPTIONS = Endpoint(lambda request: (wire.GLOBAL_OPTIONS, b""))
@@ -75,8 +73,7 @@ def new_parser(protocol: Any) -> HttpRequestParser:
 class HTTPConnection(asyncio.Protocol):
     __slots__ = ("server", "app", "transport", "parser", "url", "headers", "method_override",
                  "req", "queue", "running", "out", "closing", "close_after_write", "paused",
-                 "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed", "last_post", "ready",
-                 "_last_url", "_last_target", "_valid_host")
+                 "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed", "ready", "heads")
 
     def __init__(self, server: "HTTPServer") -> None:
         self.server = server
@@ -99,12 +96,8 @@ class HTTPConnection(asyncio.Protocol):
         self._remote: str | None = None
         self._ssl: Any = False
         self.completed = 0  # requests parsed to their end
-        self.last_post = False
         self.ready: Request | None = None  # a bodiless request answered at its end (fast path)
-        # what the previous request of this connection had, reused when it repeats
-        self._last_url = b""
-        self._last_target: tuple[str, str, str] = ("", "", "")
-        self._valid_host = b""
+        self.heads = HeadReader(self)
 
     # --- asyncio callbacks ----------------------------------------------------------------------
 
@@ -156,7 +149,7 @@ class HTTPConnection(asyncio.Protocol):
                 self._early(wire.HEADER_TOO_LARGE)
                 self._flush()
                 return
-        elif (data[0] == 13 or data[0] == 10) and self.req is None and not self.last_post:
+        elif (data[0] == 13 or data[0] == 10) and self.req is None and not self.heads.last_post:
             # Go skips blank lines before a request only after a POST (RFC 7230 §3.5)
             self._early(wire.BAD_REQUEST)
             self._flush()
@@ -367,122 +360,19 @@ class HTTPConnection(asyncio.Protocol):
     def _request(self) -> Request | None:
         """The parsed head as a Request, or None after queueing Go's answer to a bad one."""
         parser = self.parser
-        version = parser.get_http_version()
         method = self.method_override
         if method is None:
             raw_method = parser.get_method()
             method = _METHODS.get(raw_method) or raw_method.decode("latin-1")
         else:
             self.method_override = None
-        url = self.url
-        if url == self._last_url:
-            target, path, query = self._last_target
-        else:
-            parts = self._target(url)
-            if parts is None:
-                self._early(wire.BAD_REQUEST)
-                return None
-            target, path, query = self._last_target = parts
-            self._last_url = url
-        http11 = version == "1.1" or version > "1.0"  # Go's ProtoAtLeast(1, 1)
-        self.last_post = method == "POST"
-        req = Request(self, method, target, path, query, http11, self.headers)
-        # the headers Go's server looks at, checked in its order
-        hosts = 0
-        host = b""
-        lengths: list[bytes] | None = None
-        encodings: list[bytes] | None = None
-        expect = b""
-        for name, value in self.headers:
-            kind = _HEADER_KIND.get(name.lower())
-            if kind is None:
-                continue
-            if kind == 1:
-                hosts += 1
-                host = value
-            elif kind == 2:
-                lengths = (lengths or []) + [value]
-            elif kind == 3:
-                encodings = (encodings or []) + [value]
-            elif kind == 4:
-                expect = value
-            else:
-                if wire.has_token(value, b"close"):
-                    req.wants_close = True
-                if not http11 and wire.has_token(value, b"keep-alive"):
-                    req.keep_alive10 = True
-        if encodings is not None:
-            if len(encodings) != 1 or encodings[0].strip(b" \t").lower() != b"chunked":
-                self._early(wire.UNSUPPORTED_TRANSFER_ENCODING)
-                return None
-            req.chunked = True
-        elif lengths is not None:
-            try:
-                values = {wire.parse_content_length(v) for v in lengths}
-            except ValueError:
-                values = set()
-            if len(values) != 1:
-                self._early(wire.BAD_REQUEST)
-                return None
-            req.content_length = values.pop()
-        if version == "1.1":
-            if hosts != 1 and (hosts or method != "CONNECT"):
-                self._early(wire.BAD_REQUEST if hosts else wire.MISSING_HOST)
-                return None
-        else:
-            h2_preface = version == "2.0" and method == "PRI" and url == b"*"
-            if version[0] != "1" and not h2_preface:
-                self._early(wire.VERSION_NOT_SUPPORTED)
-                return None
-            if hosts > 1:
-                self._early(wire.BAD_REQUEST)
-                return None
-            if http11 and not hosts and method != "CONNECT" and not h2_preface:
-                self._early(wire.MISSING_HOST)
-                return None
-            if h2_preface:
-                req.close = True
-        if hosts and host != self._valid_host:
-            if not wire.valid_host(host):
-                self._early(wire.MALFORMED_HOST)
-                return None
-            self._valid_host = host
-        if expect:
-            if not wire.has_token(expect, b"100-continue"):
-                self._early(wire.expectation_failed(self.server.date.value))
-                return None
-            req.expect_continue = http11 and req.content_length != 0
-        if req.wants_close:
-            req.close = True
-        if req.close or not (http11 or req.keep_alive10):
+        req = self.heads.read(parser.get_http_version(), method, self.url, self.headers)
+        if type(req) is bytes:
+            self._early(req)
+            return None
+        if req.close or not (req.http11 or req.keep_alive10):
             self.closing = True  # nothing after this request is read
         return req
-
-    @staticmethod
-    def _target(url: bytes) -> tuple[str, str, str] | None:
-        """``(target, path, query)`` of a request-URI: what Go logs (``RequestURI()``), the
-        decoded path it routes on, the raw query; None when Go would refuse it."""
-        if url[:1] == b"/":
-            raw_path, _, raw_query = url.partition(b"?")
-            target = url.decode("latin-1")
-        elif url == b"*":
-            raw_path, raw_query, target = b"*", b"", "*"
-        else:  # absolute form: Go routes on its path and logs path?query
-            try:
-                parsed = parse_url(url)
-            except HttpParserError:
-                return None
-            raw_path = parsed.path or b"/"
-            raw_query = parsed.query or b""
-            target = (raw_path + (b"?" + raw_query if raw_query else b"")).decode("latin-1")
-        if b"%" in raw_path:
-            try:
-                path = unescape_path(raw_path)
-            except ValueError:
-                return None
-        else:
-            path = raw_path.decode("latin-1")
-        return target, path, raw_query.decode("latin-1")
 
     def _run(self, req: Request) -> None:
         """Call the handler now that its turn has come (its body is in, if it buffers it)."""
