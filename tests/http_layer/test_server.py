@@ -467,3 +467,28 @@ def test_mangled_requests_never_break_the_server(layer):
     assert c.read_answer()[2] == b"OK"
     c.close()
     assert server.errors == []
+
+
+def test_a_client_that_does_not_read_its_answers_is_not_read_either(layer):
+    """Pipelined requests whose answers pile up: once the transport's buffer is full the
+    server stops reading, so what the client can push in is bounded by socket buffers."""
+    server = layer(idle_timeout=30.0)
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    s.setblocking(False)
+    request = b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n"  # 5000-byte answers
+    sent = 0
+    stalled_since = None
+    try:
+        while sent < 200 << 20:
+            try:
+                sent += s.send(request * 64)
+                stalled_since = None
+            except BlockingIOError:
+                stalled_since = stalled_since or time.monotonic()
+                if time.monotonic() - stalled_since > 1.0:
+                    break
+                time.sleep(0.01)
+        # ~each 30-byte request owes 5 KB; unbounded reading would accept all 200 MiB
+        assert sent < 20 << 20, sent
+    finally:
+        s.close()
