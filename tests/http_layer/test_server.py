@@ -490,5 +490,10 @@ def test_a_client_that_does_not_read_its_answers_is_not_read_either(layer):
                 time.sleep(0.01)
         # ~each 30-byte request owes 5 KB; unbounded reading would accept all 200 MiB
         assert sent < 20 << 20, sent
+        # and what the server holds for it is bounded too: answers handed to the transport,
+        # and requests read but not yet handled (at most one read's worth)
+        held = server.call(lambda: [(c.transport.get_write_buffer_size(), len(c.queue))
+                                    for c in server.server.connections])
+        assert len(held) == 1 and held[0][0] < 2 << 20 and held[0][1] < 10_000, held
     finally:
         s.close()

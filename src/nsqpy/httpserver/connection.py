@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 MAX_HEADER_BYTES = (1 << 20) + 4096
 #: Go's ``maxPostHandlerReadBytes``: how much unread body it skips to keep a connection
 MAX_SKIP = 256 << 10
+#: answers a connection may owe before its next requests wait (pipelined requests whose
+#: answers are much larger than they are must not pile up answers in memory)
+OUT_LIMIT = 256 << 10
 
 # request phases
 _PENDING, _ACTIVE, _ANSWERED = 0, 1, 2
@@ -73,7 +76,8 @@ def new_parser(protocol: Any) -> HttpRequestParser:
 class HTTPConnection(asyncio.Protocol):
     __slots__ = ("server", "app", "transport", "parser", "url", "headers", "method_override",
                  "req", "queue", "running", "out", "closing", "close_after_write", "paused",
-                 "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed", "ready", "heads")
+                 "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed", "ready", "heads",
+                 "out_size", "backlogged")
 
     def __init__(self, server: "HTTPServer") -> None:
         self.server = server
@@ -98,6 +102,8 @@ class HTTPConnection(asyncio.Protocol):
         self.completed = 0  # requests parsed to their end
         self.ready: Request | None = None  # a bodiless request answered at its end (fast path)
         self.heads = HeadReader(self)
+        self.out_size = 0  # bytes of answers in ``out``
+        self.backlogged = False  # handlers wait until those are handed to the transport
 
     # --- asyncio callbacks ----------------------------------------------------------------------
 
@@ -138,6 +144,8 @@ class HTTPConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._resume(_PAUSE_WRITES)
         self.deadline = self.server.now + self.server.idle_timeout if self.idle else 0.0
+        if self.backlogged:
+            self.write_out()  # the requests held back while the client was not reading
 
     def data_received(self, data: bytes) -> None:
         if self.closing and (self.close_after_write or self.req is None):
@@ -232,7 +240,7 @@ class HTTPConnection(asyncio.Protocol):
         req.endpoint = endpoint
         mode = endpoint.body
         has_body = req.chunked or req.content_length
-        if not self.queue and not has_body and mode != STREAM:
+        if not self.queue and not has_body and mode != STREAM and not self.backlogged:
             # the common case: no body, nothing owed before it; answered at message end
             # without the queue's machinery
             req.state = _COMPLETE
@@ -326,6 +334,9 @@ class HTTPConnection(asyncio.Protocol):
                     if close:
                         self.closing = self.close_after_write = True
                     else:
+                        self.out_size += len(data)
+                        if self.out_size > OUT_LIMIT:
+                            self.backlogged = True
                         self.idle = True
                         self.deadline = server.now + server.idle_timeout
                     return
@@ -458,17 +469,12 @@ class HTTPConnection(asyncio.Protocol):
             self._go_idle()
 
     def _pump(self) -> None:
-        """Run the handlers whose turn it is, then write the answers that are ready, in order."""
+        """Answer the queue from its head: run the head's handler when its turn has come,
+        write its answer when ready. Only the head can run: Go handles a connection's
+        requests one at a time, and a later one is parsed only once the head's body is in.
+        Handlers stop running while the answers owed exceed :data:`OUT_LIMIT` (see
+        :meth:`write_out`), so pipelined requests cannot pile up answers in memory."""
         queue = self.queue
-        for req in queue:
-            if self.running is not None or type(req) is bytes:
-                break
-            if req.phase != _PENDING:
-                continue
-            mode = req.endpoint.body  # type: ignore[union-attr]
-            if req.state == _RECEIVING and (mode == DRAIN or mode > 0 and req.parts is not None):
-                break  # it buffers or drains its body, which is still coming in
-            self._run(req)
         out = self.out
         while queue:
             req = queue[0]
@@ -477,6 +483,11 @@ class HTTPConnection(asyncio.Protocol):
                 queue.clear()
                 self.closing = self.close_after_write = True
                 return
+            if req.phase == _PENDING and self.running is None and not self.backlogged:
+                mode = req.endpoint.body  # type: ignore[union-attr]
+                if not (req.state == _RECEIVING
+                        and (mode == DRAIN or mode > 0 and req.parts is not None)):
+                    self._run(req)  # (not while it buffers or drains a body still coming)
             if req.phase != _ANSWERED:
                 if req.expect_continue and not req.continue_sent and req.state == _RECEIVING:
                     mode = req.endpoint.body  # type: ignore[union-attr]
@@ -500,6 +511,9 @@ class HTTPConnection(asyncio.Protocol):
                 queue.clear()
                 self.closing = self.close_after_write = True
                 return
+            self.out_size += len(data)
+            if self.out_size > OUT_LIMIT:
+                self.backlogged = True
 
     def _skip_or_close(self, req: Request) -> bool:
         """The answer is ready but not all the body is in: Go's rule for the unread rest. True
@@ -557,21 +571,34 @@ class HTTPConnection(asyncio.Protocol):
     def write_out(self) -> None:
         """One write for everything this connection owes now, then the close it decided on.
         The server's ``before_write`` runs first: a request's log line precedes its answer,
-        as in Go (it logs before its buffered answer leaves)."""
-        out = self.out
+        as in Go (it logs before its buffered answer leaves). Requests held back because
+        their answers would have piled up run now, unless the client is not reading (the
+        transport paused us; :meth:`resume_writing` goes on)."""
         transport = self.transport
-        if transport is None or transport.is_closing():
-            out.clear()
-            return
-        if out:
-            before = self.server.before_write
-            if before is not None:
-                before()
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
-            out.clear()
+        out = self.out
+        while True:
+            if transport is None or transport.is_closing():
+                out.clear()
+                return
+            if out:
+                before = self.server.before_write
+                if before is not None:
+                    before()
+                transport.write(out[0] if len(out) == 1 else b"".join(out))
+                out.clear()
+            self.out_size = 0
+            if not self.backlogged or self.paused & _PAUSE_WRITES:
+                break
+            self.backlogged = False
+            self._pump()
+            if not out:
+                break
         if self.close_after_write or (self.closing and not self.queue and self.running is None
                                       and self.req is None):
             transport.close()
+        elif (not self.idle and not self.queue and self.running is None and self.req is None
+              and self.head_bytes < 0):
+            self._go_idle()
 
     def _go_idle(self) -> None:
         self.idle = True
