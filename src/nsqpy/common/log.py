@@ -72,7 +72,8 @@ class RequestLog:
     through ``logging``.
     """
 
-    __slots__ = ("logger", "prefix", "stream", "pending", "_second", "_stamp", "_timer")
+    __slots__ = ("logger", "prefix", "stream", "pending", "_second", "_stamp", "_timer",
+                 "_line_buffered")
 
     def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
@@ -81,6 +82,8 @@ class RequestLog:
         stream = getattr(handler, "stream", None)
         self.pending: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
+        #: a line-buffered stream (stderr is) writes through on the newline already
+        self._line_buffered = bool(getattr(stream, "line_buffering", False))
         self._second = -1
         self._stamp = ""
         if handler is not None and isinstance(formatter, _NsqFormatter) and stream is not None:
@@ -132,7 +135,8 @@ class RequestLog:
             pending.clear()
             try:
                 self.stream.write(text)
-                self.stream.flush()
+                if not self._line_buffered:
+                    self.stream.flush()
             except (OSError, ValueError):
                 pass
 
