@@ -34,7 +34,7 @@ def chunked(path: str, *pieces: bytes) -> bytes:
     return f"POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode() + body
 
 
-# --- keep-alive, pipelining, the shape of answers ---------------------------------------------------
+# --- keep-alive, pipelining, the shape of answers ----------------------------------------------
 
 def test_answer_bytes_are_gos(layer, client):
     c = client(layer().port)
@@ -375,7 +375,8 @@ def go_error(status: str, text: str = "") -> bytes:
 BAD_REQUESTS = [
     (b"garbage\r\n\r\n", go_error("400 Bad Request")),
     (b"GET /ping HTTP/1.1\r\n\r\n", go_error("400 Bad Request", "missing required Host header")),
-    (b"GET /ping HTTP/1.1\r\nHost: a b\r\n\r\n", go_error("400 Bad Request", "malformed Host header")),
+    (b"GET /ping HTTP/1.1\r\nHost: a b\r\n\r\n",
+     go_error("400 Bad Request", "malformed Host header")),
     (b"GET /ping HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", go_error("400 Bad Request")),
     (b"GET /ping HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
      go_error("400 Bad Request", "invalid header name")),

@@ -8,7 +8,8 @@ from nsqpy.httpserver import wire
 from nsqpy.httpserver.wire import Head, encode
 
 DATE = b"Wed, 25 Nov 2026 15:52:51 GMT"
-V1 = [("Content-Type", "application/json; charset=utf-8"), ("X-NSQ-Content-Type", "nsq; version=1.0")]
+V1 = [("Content-Type", "application/json; charset=utf-8"),
+      ("X-NSQ-Content-Type", "nsq; version=1.0")]
 
 
 def test_handler_headers_are_canonical_and_sorted_then_the_servers():
@@ -62,7 +63,8 @@ def test_explicit_length_and_bodiless_statuses():
     assert wire.GLOBAL_OPTIONS.has_length
     assert encode(wire.GLOBAL_OPTIONS, b"", DATE)[0] == (
         b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nDate: " + DATE + b"\r\n\r\n")
-    assert encode(Head(204), b"", DATE)[0] == b"HTTP/1.1 204 No Content\r\nDate: " + DATE + b"\r\n\r\n"
+    assert encode(Head(204), b"", DATE)[0] == (
+        b"HTTP/1.1 204 No Content\r\nDate: " + DATE + b"\r\n\r\n")
 
 
 def test_date_prefix_follows_the_date_value():

@@ -491,7 +491,9 @@ class HTTPConnection(asyncio.Protocol):
             if req.phase != _ANSWERED:
                 if req.expect_continue and not req.continue_sent and req.state == _RECEIVING:
                     mode = req.endpoint.body  # type: ignore[union-attr]
-                    if req.reader is not None or (mode == DRAIN or mode > 0) and req.phase == _PENDING:
+                    wants = req.reader is not None or (
+                        (mode == DRAIN or mode > 0) and req.phase == _PENDING)
+                    if wants:
                         out.append(wire.CONTINUE)
                         req.continue_sent = True
                 return
