@@ -9,7 +9,7 @@ SPARK_MIN := 4.0.*
 VENV_MIN := .venv-spark-min
 STAMP_MIN := $(VENV_MIN)/.installed
 
-.PHONY: run test bench clean setup browser graphite prometheus
+.PHONY: run test bench clean setup browser graphite prometheus wrk
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,8 +62,15 @@ test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon
 	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
 	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py
 
-bench: $(STAMP)
+# wrk (Debian's package) for bench/http_bench.py: installed when missing and we may (root)
+wrk:
+	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null) \
+	  || echo "wrk not installed: bench/http_bench.py will not run"; }
+
+bench: $(STAMP) wrk
 	$(PY) bench/nsqd_bench.py
+	command -v wrk >/dev/null 2>&1 && $(PY) bench/http_bench.py || true
 
 clean:
 	rm -rf $(VENV) $(VENV_MIN) tests/js/node_modules tests/statsd_daemon/node_modules

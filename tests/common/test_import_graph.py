@@ -134,3 +134,18 @@ def test_no_daemon_module_is_imported_back():
 
 def test_the_circle_finder_finds_a_circle():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_http_layer_is_a_mechanism_of_its_own():
+    """``httpserver`` serves nsqd's and nsqlookupd's APIs and knows neither: it imports nothing
+    of nsqpy outside itself."""
+    for name, targets in _graph().items():
+        if name.startswith(f"{PACKAGE}.httpserver"):
+            outside = {t for t in targets if not t.startswith(f"{PACKAGE}.httpserver")}
+            assert not outside, f"{name} imports {outside}"
+
+
+def test_only_the_program_builds_the_lookup_daemon():
+    """nsqlookupd's listeners get a LookupdState; only its entry point builds the daemon."""
+    users = sorted(m for m, targets in _graph().items() if f"{PACKAGE}.lookupd.nsqlookupd" in targets)
+    assert users == [f"{PACKAGE}.lookupd.main"], users

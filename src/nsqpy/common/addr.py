@@ -56,7 +56,9 @@ def _listen(addr: str, backlog: int) -> socket.socket:
             return socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True,
                                         backlog=backlog)
         host = "0.0.0.0"
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    # an ASCII host goes as bytes: a str would load the IDNA codec (and unicodedata) for good
+    infos = socket.getaddrinfo(host.encode() if host.isascii() else host, port,
+                               type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     infos.sort(key=lambda info: info[0] != socket.AF_INET)  # stable: first IPv4, else first
     family, _, _, _, sockaddr = infos[0]
     return socket.create_server(sockaddr[:2], family=family, backlog=backlog)

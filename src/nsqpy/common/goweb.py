@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 import orjson
 
@@ -34,8 +33,12 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def _unescape(text: str) -> str:
+    if "%" not in text:
+        return text.replace("+", " ") if "+" in text else text
     if _BAD_ESCAPE.search(text):
         raise ValueError(f"invalid URL escape in {text!r}")
+    from urllib.parse import unquote_to_bytes  # loaded with the first escape seen
+
     # Go keeps invalid UTF-8 as bytes; such names fail validation anyway, and replacing them
     # keeps every later JSON answer encodable
     return unquote_to_bytes(text.replace("+", " ")).decode("utf-8", "replace")

@@ -1,8 +1,6 @@
 """One httprouter (v1.3.0, as upstream's three daemons use it) for nsqd, nsqlookupd and nsqadmin.
 
-aiohttp's own router answers unknown methods, trailing slashes and odd casing differently from
-upstream, so each daemon routes everything through one catch-all aiohttp route into
-:class:`Router`, which decides as ``julienschmidt/httprouter`` does:
+Every request goes through :class:`Router`, which decides as ``julienschmidt/httprouter`` does:
 
 1. an exact match (static segments, ``:name`` matching one non-empty segment);
 2. else, for a method that has routes (not ``CONNECT``, path not ``/``): a redirect to the path
@@ -12,16 +10,20 @@ upstream, so each daemon routes everything through one catch-all aiohttp route i
 4. else 405 with ``Allow`` when another method has the path;
 5. else 404.
 
-The router only decides; each daemon renders its own errors (their bodies differ slightly).
+The router only decides; each daemon renders its own errors (their bodies differ slightly):
+:func:`unrouted_answer` for daemons on :mod:`nsqpy.httpserver`, :func:`unrouted_response` for
+those still on aiohttp (imported only when used).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
-from aiohttp import web
+from ..httpserver.wire import Head, Response
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 T = TypeVar("T")
 
@@ -57,21 +59,30 @@ def _html_escape(text: str) -> str:
             .replace('"', "&#34;").replace("'", "&#39;"))
 
 
-def redirect(request: web.Request, path: str) -> web.Response:
+def redirect_parts(method: str, path: str, raw_query: str) -> tuple[int, dict[str, str], bytes]:
     """What httprouter does with ``http.Redirect``: 301 for GET, 307 keeping the method, the
     query string kept; GET gets Go's little HTML body, GET and HEAD its Content-Type."""
-    code = 301 if request.method == "GET" else 307
+    from urllib.parse import quote  # redirects are rare: loaded with the first
+
+    code = 301 if method == "GET" else 307
     location = quote(path, safe=_PATH_SAFE)
-    raw_query = request.rel_url.raw_query_string
     if raw_query:
         location += "?" + raw_query
     headers = {"Location": location}
     body = b""
-    if request.method in ("GET", "HEAD"):
+    if method in ("GET", "HEAD"):
         headers["Content-Type"] = "text/html; charset=utf-8"
-    if request.method == "GET":
+    if method == "GET":
         text = "Moved Permanently" if code == 301 else "Temporary Redirect"
         body = f'<a href="{_html_escape(location)}">{text}</a>.\n\n'.encode()
+    return code, headers, body
+
+
+def redirect(request: "web.Request", path: str) -> "web.Response":
+    """:func:`redirect_parts` as an aiohttp response."""
+    from aiohttp import web
+
+    code, headers, body = redirect_parts(request.method, path, request.rel_url.raw_query_string)
     return web.Response(status=code, body=body, headers=headers)
 
 
@@ -92,9 +103,11 @@ class Router(Generic[T]):
         self.static: dict[str, dict[str, T]] = {}  # method -> path -> target
         self.param: dict[str, list[tuple[list[str], T]]] = {}  # method -> [(segments, target)]
         self.methods: set[str] = set()
+        self.global_allowed = ""  # the Allow list of the server-wide path "*"
 
     def add(self, method: str, path: str, target: T) -> None:
         self.methods.add(method)
+        self.global_allowed = ", ".join(sorted((self.methods - {"OPTIONS"}) | {"OPTIONS"}))
         if "/:" in path:
             self.param.setdefault(method, []).append((path.split("/"), target))
         else:
@@ -132,7 +145,10 @@ class Router(Generic[T]):
         return Unrouted("404")
 
     def allowed(self, path: str, method: str) -> str:
-        """The ``Allow`` header: the other methods that route ``path``, plus OPTIONS, sorted."""
+        """The ``Allow`` header: the other methods that route ``path``, plus OPTIONS, sorted
+        (for ``*``, every method the router has)."""
+        if path == "*":
+            return self.global_allowed
         found = [m for m in self.methods
                  if m not in (method, "OPTIONS") and self.match(m, path) is not None]
         return ", ".join(sorted(found + ["OPTIONS"])) if found else ""
@@ -169,10 +185,38 @@ def _match_segments(pattern: list[str], segs: list[str]) -> dict[str, str] | Non
     return params
 
 
-def unrouted_response(router: Router[Any], request: web.Request,
-                      error: Any) -> web.Response:
-    """The response for a request no route matched; ``error(status, text)`` renders the
-    daemon's ``{"message": ...}`` errors."""
+def unrouted_answer(router: Router[Any], method: str, path: str, raw_query: str,
+                    error: Callable[[int, str, tuple[tuple[str, str], ...]], Response]
+                    ) -> Response:
+    """The answer (on :mod:`nsqpy.httpserver`) to a request no route matched;
+    ``error(status, text, extra_headers)`` renders the daemon's ``{"message": ...}`` errors."""
+    decision = router.unrouted(method, path)
+    if decision.kind == "redirect":
+        code, headers, body = redirect_parts(method, decision.location, raw_query)
+        return Head(code, list(headers.items())), body
+    if decision.kind == "options":
+        return _allow_head(200, decision.allow), b""
+    if decision.kind == "405":
+        return error(405, "METHOD_NOT_ALLOWED", (("Allow", decision.allow),))
+    return error(404, "NOT_FOUND", ())
+
+
+_ALLOW_HEADS: dict[tuple[int, str], Head] = {}
+
+
+def _allow_head(status: int, allow: str) -> Head:
+    head = _ALLOW_HEADS.get((status, allow))
+    if head is None:
+        head = _ALLOW_HEADS[(status, allow)] = Head(status, [("Allow", allow)])
+    return head
+
+
+def unrouted_response(router: Router[Any], request: "web.Request",
+                      error: Any) -> "web.Response":
+    """The aiohttp response for a request no route matched; ``error(status, text)`` renders
+    the daemon's ``{"message": ...}`` errors."""
+    from aiohttp import web
+
     decision = router.unrouted(request.method, request.path)
     if decision.kind == "redirect":
         return redirect(request, decision.location)

@@ -1,9 +1,12 @@
-"""nsqlookupd's HTTP API on aiohttp (reference §3.4, conventions §1.4).
+"""nsqlookupd's HTTP API (reference §3.4, conventions §1.4) on :mod:`nsqpy.httpserver`.
 
-Upstream routes with ``julienschmidt/httprouter`` v1.3.0, which is method-strict; one catch-all
-aiohttp route feeds the shared :mod:`nsqpy.common.router`, which decides as httprouter does
-(redirects, ``OPTIONS``, 405 with ``Allow``, 404). Query strings are parsed as
-Go's ``url.ParseQuery`` (a bad escape or a ``;`` → 400 ``INVALID_REQUEST``; first value wins).
+Upstream routes with ``julienschmidt/httprouter`` v1.3.0, which is method-strict; the shared
+:mod:`nsqpy.common.router` decides as httprouter does (redirects, ``OPTIONS``, 405 with
+``Allow``, 404). Query strings are parsed as Go's ``url.ParseQuery`` (a bad escape or a ``;`` →
+400 ``INVALID_REQUEST``; first value wins). The handlers that take arguments read the whole body
+first, as upstream's ``http_api.NewReqParams`` does (we drain it without keeping it): a malformed
+body is ``INVALID_REQUEST`` too. Every request is logged at INFO, as upstream's ``Log``
+decorator does.
 
 The ``/debug/pprof`` family is Go-runtime specific and is not served (404).
 """
@@ -11,26 +14,52 @@ The ``/debug/pprof`` family is Go-runtime specific and is not served (404).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import orjson
-from aiohttp import web
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.addr import join_host_port
 from ..common.goweb import ApiError, first_value, go_json, parse_query, topic_channel_args
-from ..common.router import Router, unrouted_response
-from ..common.flags import format_duration
+from ..common.log import RequestLog
+from ..common.router import Router, unrouted_answer
+from ..httpserver import DRAIN, IGNORE, Endpoint, Head, Request, Response
 from ..protocol.names import is_valid_name
-from .metrics import routes as metrics_routes
-from .registration_db import GO_ZERO_TIME_UNIX_NANO, PeerInfo, filter_active, keys, subkeys
-
-if TYPE_CHECKING:
-    from .main import NSQLookupd
+from .registration_db import (
+    GO_ZERO_TIME_UNIX_NANO, PeerInfo, filter_active, keys, next_change, subkeys,
+)
+from .state import LookupdState
 
 V1_HEADER = "X-NSQ-Content-Type"
 V1_VALUE = "nsq; version=1.0"
 JSON_TYPE = "application/json; charset=utf-8"
+#: Prometheus' text format (its ``version`` parameter tells scrapers which parser to use)
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_V1_JSON = (("Content-Type", JSON_TYPE), (V1_HEADER, V1_VALUE))
+#: upstream's ``RespondV1``: JSON data with its type, no data (``nil``) as an empty body
+OK_JSON = Head(200, _V1_JSON)
+OK_EMPTY = Head(200, ((V1_HEADER, V1_VALUE),))
+#: upstream's ``PlainText`` decorator sets no Content-Type: Go's server sniffs it
+OK_PLAIN = Head(200)
+OK_METRICS = Head(200, (("Content-Type", METRICS_TYPE),))
+
+#: topics whose /lookup answers are kept (the table is emptied when full)
+_LOOKUP_CACHE_SIZE = 1024
+
+_ERROR_HEADS: dict[tuple[int, tuple[tuple[str, str], ...]], Head] = {}
+_ERROR_BODIES: dict[str, bytes] = {}
+
+
+def v1_error(code: int, text: str, extra: tuple[tuple[str, str], ...] = ()) -> Response:
+    """``{"message": text}`` with upstream's V1 headers (plus e.g. ``Allow`` for 405)."""
+    head = _ERROR_HEADS.get((code, extra))
+    if head is None:
+        head = _ERROR_HEADS[(code, extra)] = Head(code, _V1_JSON + extra)
+    body = _ERROR_BODIES.get(text)
+    if body is None:
+        body = _ERROR_BODIES[text] = go_json({"message": text})
+    return head, body
 
 
 def peer_json(peer: PeerInfo) -> bytes:
@@ -41,116 +70,160 @@ def peer_json(peer: PeerInfo) -> bytes:
     return data
 
 
-def _params(request: web.Request) -> dict[str, list[str]]:
-    try:
-        return parse_query(request.rel_url.raw_query_string)
-    except ValueError:
-        raise ApiError(400, "INVALID_REQUEST") from None
+_QUERIES: dict[str, dict[str, list[str]]] = {}
 
 
-# --- the server ---------------------------------------------------------------------------------
+def _params(request: Request) -> dict[str, list[str]]:
+    """``http_api.NewReqParams``: the query, then the body read to its end. Parsed queries are
+    kept (pollers repeat theirs); the handlers only read them."""
+    query = request.query
+    params = _QUERIES.get(query)
+    if params is None:
+        try:
+            params = parse_query(query)
+        except ValueError:
+            raise ApiError(400, "INVALID_REQUEST") from None
+        if len(_QUERIES) >= _LOOKUP_CACHE_SIZE:
+            _QUERIES.clear()
+        _QUERIES[query] = params
+    if request.body is None:
+        raise ApiError(400, "INVALID_REQUEST")
+    return params
 
-Handler = Callable[[web.Request], Any]
-_PLAIN, _V1 = 0, 1
+
+# --- the API ------------------------------------------------------------------------------------
+
+Handler = Callable[[Request], Any]
+#: how a handler's data is answered: upstream's V1 (JSON or empty) or PlainText decorators
+_PLAIN, _V1, _METRICS = 0, 1, 2
 
 
-class HTTPServer:
-    def __init__(self, lookupd: "NSQLookupd") -> None:
+class LookupdHTTP:
+    """nsqlookupd's routes as an :class:`~nsqpy.httpserver.App`."""
+
+    def __init__(self, lookupd: LookupdState) -> None:
         self.lookupd = lookupd
         self.db = lookupd.db
         self.logger = lookupd.logger
-        self.router: Router[tuple[Handler, int]] = Router()
-        for method, path, handler, kind in (
-            ("GET", "/ping", self.ping, _PLAIN),
-            ("GET", "/info", self.info, _V1),
-            ("GET", "/debug", self.debug, _V1),
-            ("GET", "/lookup", self.lookup, _V1),
-            ("GET", "/topics", self.topics, _V1),
-            ("GET", "/channels", self.channels, _V1),
-            ("GET", "/nodes", self.nodes, _V1),
-            ("POST", "/topic/create", self.create_topic, _V1),
-            ("POST", "/topic/delete", self.delete_topic, _V1),
-            ("POST", "/channel/create", self.create_channel, _V1),
-            ("POST", "/channel/delete", self.delete_channel, _V1),
-            ("POST", "/topic/tombstone", self.tombstone_topic_producer, _V1),
-            *metrics_routes(lookupd, _PLAIN),
+        self.request_log = RequestLog(lookupd.logger)
+        self.router: Router[Endpoint] = Router()
+        for method, path, handler, kind, body in (
+            ("GET", "/ping", self.ping, _PLAIN, IGNORE),
+            ("GET", "/info", self.info, _V1, IGNORE),
+            ("GET", "/debug", self.debug, _V1, IGNORE),
+            ("GET", "/lookup", self.lookup, _V1, DRAIN),
+            ("GET", "/topics", self.topics, _V1, IGNORE),
+            ("GET", "/channels", self.channels, _V1, DRAIN),
+            ("GET", "/nodes", self.nodes, _V1, IGNORE),
+            ("POST", "/topic/create", self.create_topic, _V1, DRAIN),
+            ("POST", "/topic/delete", self.delete_topic, _V1, DRAIN),
+            ("POST", "/channel/create", self.create_channel, _V1, DRAIN),
+            ("POST", "/channel/delete", self.delete_channel, _V1, DRAIN),
+            ("POST", "/topic/tombstone", self.tombstone_topic_producer, _V1, DRAIN),
+            *((("GET", "/metrics", self.metrics, _METRICS, IGNORE),)
+              if lookupd.opts.metrics else ()),
         ):
-            self.router.add(method, path, (handler, kind))
+            self.router.add(method, path, Endpoint(self._logged(handler, kind), body))
+        self._static = self.router.static
+        self._unrouted = Endpoint(self._logged(self._unrouted_answer, -1))
         self._info_body = go_json({"version": NSQ_COMPAT_VERSION})
-
-    def make_app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self.dispatch)
-        return app
+        #: topic -> (DB version, valid until (unix ns), /lookup body)
+        self._lookups: dict[str, tuple[int, int, bytes]] = {}
 
     # --- routing --------------------------------------------------------------------------------
 
-    async def dispatch(self, request: web.Request) -> web.StreamResponse:
-        start = time.perf_counter()
-        method = request.method
-        path = request.path
-        hit = self.router.match(method, path)
-        if hit is not None:
-            response = self._call(hit[0], request)
-        else:
-            response = unrouted_response(self.router, request, v1_error)
-        if self.lookupd.log_info:
-            peer = request.transport.get_extra_info("peername") if request.transport else None
-            remote = f"{peer[0]}:{peer[1]}" if peer else "?"
-            self.logger.info("%d %s %s (%s) %s", response.status, method, request.raw_path,
-                             remote, format_duration(time.perf_counter() - start))
-        return response
+    def resolve(self, request: Request) -> Endpoint:
+        routes = self._static.get(request.method)
+        if routes is not None:
+            endpoint = routes.get(request.path)
+            if endpoint is not None:
+                return endpoint
+        hit = self.router.match(request.method, request.path)
+        return hit[0] if hit is not None else self._unrouted
 
-    def _call(self, entry: tuple[Handler, int], request: web.Request) -> web.Response:
-        handler, kind = entry
-        try:
-            data = handler(request)
-        except ApiError as err:
-            return v1_error(err.status, err.message)
-        except Exception as err:  # upstream's PanicHandler
-            self.logger.error("panic in HTTP handler - %s", err)
-            return v1_error(500, "INTERNAL_ERROR")
-        if kind == _PLAIN:
-            return web.Response(body=data, headers={"Content-Type": "text/plain; charset=utf-8"})
-        if data is None:
-            return web.Response(headers={V1_HEADER: V1_VALUE})
-        return web.Response(body=data, headers={V1_HEADER: V1_VALUE, "Content-Type": JSON_TYPE})
+    def _unrouted_answer(self, request: Request) -> Response:
+        return unrouted_answer(self.router, request.method, request.path, request.query,
+                               v1_error)
+
+    def _logged(self, handler: Handler, kind: int) -> Callable[[Request], Response]:
+        """Upstream's decorators around a handler: its answer as V1/PlainText, a panic as
+        500 INTERNAL_ERROR, and the request's log line."""
+        lookupd = self.lookupd
+        log = self.request_log.request
+        logger = self.logger
+        clock = time.perf_counter_ns
+        head = {_PLAIN: OK_PLAIN, _METRICS: OK_METRICS}.get(kind)
+
+        def endpoint(request: Request) -> Response:
+            start = clock()
+            try:
+                data = handler(request)
+                if kind == _V1:
+                    response = (OK_EMPTY, b"") if data is None else (OK_JSON, data)
+                elif head is not None:
+                    response = (head, data)
+                else:
+                    response = data
+            except ApiError as err:
+                response = v1_error(err.status, err.message)
+            except Exception as err:  # upstream's PanicHandler
+                logger.error("panic in HTTP handler - %s", err)
+                response = v1_error(500, "INTERNAL_ERROR")
+            if lookupd.log_info and (kind >= 0 or response[0].status in (404, 405)):
+                # httprouter answers redirects and OPTIONS itself, unlogged
+                log(response[0].status, request.method, request.target, request.conn.remote_addr,
+                    clock() - start)
+            return response
+
+        return endpoint
 
     # --- handlers: return bytes (JSON) / None (empty 200) or raise ApiError -------------------
 
-    def ping(self, request: web.Request) -> bytes:
+    def ping(self, request: Request) -> bytes:
         return b"OK"
 
-    def info(self, request: web.Request) -> bytes:
+    def info(self, request: Request) -> bytes:
         return self._info_body
 
-    def topics(self, request: web.Request) -> bytes:
+    def topics(self, request: Request) -> bytes:
         return go_json({"topics": keys(self.db.find_registrations("topic", "*", ""))})
 
-    def channels(self, request: web.Request) -> bytes:
+    def channels(self, request: Request) -> bytes:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
             raise ApiError(400, "MISSING_ARG_TOPIC")
         return go_json({"channels": subkeys(self.db.find_registrations("channel", topic, "*"))})
 
-    def lookup(self, request: web.Request) -> bytes:
+    def lookup(self, request: Request) -> bytes:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
             raise ApiError(400, "MISSING_ARG_TOPIC")
         db = self.db
+        now = time.time_ns()
+        cached = self._lookups.get(topic)
+        if cached is not None and cached[0] == db.version and now < cached[1]:
+            return cached[2]
         if not db.find_registrations("topic", topic, ""):
             raise ApiError(404, "TOPIC_NOT_FOUND")
         lookupd = self.lookupd
         channels = subkeys(db.find_registrations("channel", topic, "*"))
-        producers = filter_active(db.find_producers("topic", topic, ""),
-                                  lookupd.inactive_timeout_ns, lookupd.tombstone_lifetime_ns)
+        candidates = db.find_producers("topic", topic, "")
+        producers = filter_active(candidates, lookupd.inactive_timeout_ns,
+                                  lookupd.tombstone_lifetime_ns, now)
         # {"channels":[...],"producers":[...]} assembled from each peer's cached encoding
-        return b'{"channels":%s,"producers":[%s]}' % (
+        body = b'{"channels":%s,"producers":[%s]}' % (
             orjson.dumps(channels), b",".join([peer_json(p.peer) for p in producers]))
+        # consumers poll /lookup: the answer stands until the DB changes or a producer's
+        # activity or tombstone runs out
+        if len(self._lookups) >= _LOOKUP_CACHE_SIZE:
+            self._lookups.clear()
+        self._lookups[topic] = (db.version, next_change(
+            candidates, lookupd.inactive_timeout_ns, lookupd.tombstone_lifetime_ns, now), body)
+        return body
 
-    def nodes(self, request: web.Request) -> bytes:
+    def nodes(self, request: Request) -> bytes:
         db = self.db
         lookupd = self.lookupd
         now = time.time_ns()
@@ -171,7 +244,7 @@ class HTTPServer:
                 peer_json(peer)[:-1], orjson.dumps(tombstones), orjson.dumps(topics)))
         return b'{"producers":[%s]}' % b",".join(nodes)
 
-    def debug(self, request: web.Request) -> bytes:
+    def debug(self, request: Request) -> bytes:
         data: dict[str, list[dict[str, Any]]] = {}
         for reg, producers in self.db.items():
             if not producers:
@@ -193,7 +266,7 @@ class HTTPServer:
             ]
         return go_json(data, sort_keys=True)
 
-    def create_topic(self, request: web.Request) -> None:
+    def create_topic(self, request: Request) -> None:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
@@ -203,7 +276,7 @@ class HTTPServer:
         self.logger.info("DB: adding topic(%s)", topic)
         self.db.add_registration(("topic", topic, ""))
 
-    def delete_topic(self, request: web.Request) -> None:
+    def delete_topic(self, request: Request) -> None:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
@@ -216,7 +289,7 @@ class HTTPServer:
             self.logger.info("DB: removing topic(%s)", topic)
             db.remove_registration(reg)
 
-    def tombstone_topic_producer(self, request: web.Request) -> None:
+    def tombstone_topic_producer(self, request: Request) -> None:
         params = _params(request)
         topic = first_value(params, "topic")
         if topic is None:
@@ -232,15 +305,16 @@ class HTTPServer:
             if node in (f"{p.peer.broadcast_address}:{p.peer.http_port}",
                         join_host_port(p.peer.broadcast_address, p.peer.http_port)):
                 p.tombstone(now)
+                self.db.touch()
 
-    def create_channel(self, request: web.Request) -> None:
+    def create_channel(self, request: Request) -> None:
         topic, channel = topic_channel_args(_params(request))
         self.logger.info("DB: adding channel(%s) in topic(%s)", channel, topic)
         self.db.add_registration(("channel", topic, channel))
         self.logger.info("DB: adding topic(%s)", topic)
         self.db.add_registration(("topic", topic, ""))
 
-    def delete_channel(self, request: web.Request) -> None:
+    def delete_channel(self, request: Request) -> None:
         topic, channel = topic_channel_args(_params(request))
         regs = self.db.find_registrations("channel", topic, channel)
         if not regs:
@@ -250,6 +324,7 @@ class HTTPServer:
             self.db.remove_registration(reg)
 
 
-def v1_error(code: int, text: str) -> web.Response:
-    return web.Response(status=code, body=go_json({"message": text}),
-                        headers={V1_HEADER: V1_VALUE, "Content-Type": JSON_TYPE})
+    def metrics(self, request: Request) -> bytes:
+        from .metrics import render  # the exposition code is loaded on the first scrape
+
+        return render(self.lookupd)

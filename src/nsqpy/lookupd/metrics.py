@@ -7,19 +7,14 @@ Names, labels and example queries: docs/metrics.md.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.prometheus import Exposition, labels, process_metrics
 from .registration_db import filter_active
-
-if TYPE_CHECKING:
-    from aiohttp import web
-
-    from .main import NSQLookupd
+from .state import LookupdState
 
 
-def render(lookupd: "NSQLookupd") -> bytes:
+def render(lookupd: LookupdState) -> bytes:
     db = lookupd.db
     now = time.time_ns()
     exp = Exposition()
@@ -28,9 +23,8 @@ def render(lookupd: "NSQLookupd") -> bytes:
     exp.single("nsqlookupd_info", "gauge", "Constant 1, labelled with the lookupd's identity.", 1,
                labels(version=NSQ_COMPAT_VERSION, broadcast_address=lookupd.opts.broadcast_address,
                       tcp_port=tcp_port, http_port=http_port))
-    tcp = getattr(lookupd, "_tcp", None)
     exp.single("nsqlookupd_tcp_connections", "gauge", "Open TCP connections from nsqd nodes.",
-               len(getattr(tcp, "connections", ())))
+               lookupd.tcp_clients)
 
     topics = sorted(k for k in db.find_registrations("topic", "*", ""))
     channels = sorted(k for k in db.find_registrations("channel", "*", "*"))
@@ -70,14 +64,3 @@ def render(lookupd: "NSQLookupd") -> bytes:
         churn.add(labels(category=category, action=action), count)
     exp.extra.append(process_metrics())
     return exp.render()
-
-
-def routes(lookupd: "NSQLookupd", kind: int) -> list[tuple[str, str, Any, int]]:
-    """``GET /metrics`` for nsqlookupd's route table, or nothing with ``--metrics=false``."""
-    if not lookupd.opts.metrics:
-        return []
-
-    def metrics(request: "web.Request") -> bytes:
-        return render(lookupd)
-
-    return [("GET", "/metrics", metrics, kind)]

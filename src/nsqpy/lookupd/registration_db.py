@@ -90,7 +90,11 @@ def _match(reg: Registration, category: str, key: str, subkey: str) -> bool:
 
 
 class RegistrationDB:
-    __slots__ = ("_map", "_by_key", "_by_category", "_by_peer", "churn")
+    """Registrations and their producers. ``version`` changes with every change a reader could
+    see (a producer added or removed, a registration added or removed, a tombstone, a PING),
+    so answers computed from the DB can be reused until it moves."""
+
+    __slots__ = ("_map", "_by_key", "_by_category", "_by_peer", "churn", "version")
 
     def __init__(self) -> None:
         self._map: dict[Registration, dict[str, Producer]] = {}
@@ -100,6 +104,11 @@ class RegistrationDB:
         self._by_peer: dict[str, dict[Registration, None]] = {}
         #: (category, "register" | "unregister") -> producer changes, for /metrics
         self.churn: dict[tuple[str, str], int] = {}
+        self.version = 0
+
+    def touch(self) -> None:
+        """A producer's state changed outside the maps (tombstoned, pinged)."""
+        self.version += 1
 
     def __len__(self) -> int:
         return len(self._map)
@@ -107,6 +116,7 @@ class RegistrationDB:
     def _ensure(self, k: Registration) -> dict[str, Producer]:
         producers = self._map.get(k)
         if producers is None:
+            self.version += 1
             producers = self._map[k] = {}
             self._by_key.setdefault((k[0], k[1]), {})[k] = None
             self._by_category.setdefault(k[0], {})[k] = None
@@ -122,6 +132,7 @@ class RegistrationDB:
         if pid in producers:
             return False
         producers[pid] = producer
+        self.version += 1
         self._by_peer.setdefault(pid, {})[k] = None
         self.churn[(k[0], "register")] = self.churn.get((k[0], "register"), 0) + 1
         return True
@@ -133,6 +144,7 @@ class RegistrationDB:
             return False, 0
         removed = producers.pop(peer_id, None) is not None
         if removed:
+            self.version += 1
             self._unindex_peer(peer_id, k)
             self.churn[(k[0], "unregister")] = self.churn.get((k[0], "unregister"), 0) + 1
         return removed, len(producers)
@@ -148,6 +160,7 @@ class RegistrationDB:
         producers = self._map.pop(k, None)
         if producers is None:
             return
+        self.version += 1
         for pid in producers:
             self._unindex_peer(pid, k)
         ck = (k[0], k[1])
@@ -210,6 +223,24 @@ def keys(regs: Iterable[Registration]) -> list[str]:
 
 def subkeys(regs: Iterable[Registration]) -> list[str]:
     return [k[2] for k in regs]
+
+
+def next_change(producers: Iterable[Producer], inactive_timeout_ns: int,
+                tombstone_lifetime_ns: int, now_ns: int) -> int:
+    """When :func:`filter_active` over these producers could next answer differently with no
+    change to the DB (unix ns): an active producer going silent, a tombstone expiring. A
+    silent producer only comes back with a PING, which changes the DB's version."""
+    soonest = 1 << 63
+    oldest = now_ns - inactive_timeout_ns
+    for p in producers:
+        last = p.peer.last_update
+        if last >= oldest and last + inactive_timeout_ns < soonest:
+            soonest = last + inactive_timeout_ns
+        if p.tombstoned:
+            ends = p.tombstoned_at + tombstone_lifetime_ns
+            if now_ns < ends < soonest:
+                soonest = ends
+    return soonest
 
 
 def filter_active(producers: Iterable[Producer], inactive_timeout_ns: int,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from ..common.addr import join_host_port
 from ..common.flags import format_duration
@@ -20,9 +19,7 @@ from ..protocol.lookup import (
     parse_identify,
 )
 from .registration_db import PeerInfo, Producer
-
-if TYPE_CHECKING:
-    from .main import NSQLookupd
+from .state import LookupdState
 
 CLIENT_REG = ("client", "", "")
 
@@ -48,7 +45,7 @@ class LookupV1Protocol(asyncio.Protocol):
         peername = transport.get_extra_info("peername")
         if peername:
             self.id = join_host_port(peername[0], peername[1])
-        self._server.connections.add(self)
+        self._server.add(self)
         self._lookupd.logger.info("TCP: new client(%s)", self.id)
 
     def data_received(self, data: bytes) -> None:
@@ -75,7 +72,7 @@ class LookupV1Protocol(asyncio.Protocol):
         return False  # let the transport close (after flushing what we wrote)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._server.connections.discard(self)
+        self._server.discard(self)
         if not self._done and self._parser.magic is None:
             self._done = True
             self._lookupd.logger.error("failed to read protocol version - %s", exc or "EOF")
@@ -162,6 +159,7 @@ class LookupV1Protocol(asyncio.Protocol):
                 logger.info("CLIENT(%s): pinged (last ping %s)", peer.id,
                             format_duration((now - peer.last_update) / 1e9))
             peer.last_update = now
+            self._lookupd.db.touch()  # a silent producer may be active again
 
     def _register(self, topic: str, channel: str) -> None:
         lookupd = self._lookupd
@@ -235,10 +233,18 @@ class LookupV1Protocol(asyncio.Protocol):
 class TCPServer:
     """Accepts V1 clients on an already-bound socket; :meth:`close` drops every client."""
 
-    def __init__(self, lookupd: "NSQLookupd") -> None:
+    def __init__(self, lookupd: LookupdState) -> None:
         self.lookupd = lookupd
         self.connections: set[LookupV1Protocol] = set()
         self._server: asyncio.AbstractServer | None = None
+
+    def add(self, conn: LookupV1Protocol) -> None:
+        self.connections.add(conn)
+        self.lookupd.tcp_clients = len(self.connections)
+
+    def discard(self, conn: LookupV1Protocol) -> None:
+        self.connections.discard(conn)
+        self.lookupd.tcp_clients = len(self.connections)
 
     async def start(self, sock) -> None:
         loop = asyncio.get_running_loop()
