@@ -17,7 +17,7 @@ import itertools
 import logging
 import os
 import socket
-from typing import Awaitable
+from typing import Callable
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
@@ -369,6 +369,7 @@ class GoProducer:
         self.log = GoNsqLog()
         self._conn: NSQConnection | None = None
         self._connecting: asyncio.Future[NSQConnection] | None = None
+        self._refused_on: NSQConnection | None = None
         self._stopped = False
 
     async def _connection(self) -> NSQConnection:
@@ -406,30 +407,48 @@ class GoProducer:
         self.log.connection_ended(self.address, reason, graceful=False)
         self.log.info(f"({self.address}) exiting router")
 
-    async def publish_async(self, topic: str, body: bytes) -> Awaitable[None]:
+    async def publish_async(self, topic: str, body: bytes,
+                            on_failure: Callable[[BaseException], None] | None = None,
+                            ) -> asyncio.Future[None]:
         """go-nsq's ``PublishAsync``: connect if needed (a failure raises GoError now), send;
-        the awaitable returned is nsqd's answer (NSQErrorResponse, or GoError("not
-        connected") when the connection died first)."""
+        the future returned is nsqd's answer: NSQErrorResponse, or GoError("not connected")
+        when the connection died first. ``on_failure`` hears of a failed answer synchronously,
+        before anything else happens on the loop (to_nsq ends the process there, as upstream
+        does before its connection's goroutines have logged their way out)."""
         conn = await self._connection()
         try:
             command = encode_pub(name_bytes(topic), body)
         except ValueError:  # spaces or control bytes: nsqd would refuse the name as well
             raise NSQErrorResponse("E_BAD_TOPIC", f"PUB topic name {go_quote(topic)} is not valid")
-        fut = conn.request(command)
+        answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        request = conn.request(command)
+        request.add_done_callback(lambda fut: self._settle(conn, fut, answer, on_failure))
         if conn.write_paused:
             await conn.drain()
-        return self._answer(fut)
+        return answer
 
-    async def _answer(self, fut: asyncio.Future[bytes]) -> None:
-        try:
-            answer = await fut
-        except NSQErrorResponse as err:
-            self.log.error(f"({self.address}) protocol error - {err}")
-            raise
-        except ConnectionClosedError:
-            raise GoError("not connected") from None
-        if answer != OK:
-            raise GoError(f"unexpected answer {answer!r}")
+    def _settle(self, conn: NSQConnection, request: asyncio.Future[bytes],
+                answer: asyncio.Future[None],
+                on_failure: Callable[[BaseException], None] | None) -> None:
+        if request.cancelled():
+            answer.cancel()
+            return
+        err = request.exception()
+        if err is None:
+            if request.result() == OK:
+                answer.set_result(None)
+                return
+            err = GoError(f"unexpected answer {request.result()!r}")
+        elif isinstance(err, NSQErrorResponse):
+            if conn is not self._refused_on:
+                # nsqd hangs up after a fatal error: later answers on it are not nsqd's
+                self._refused_on = conn
+                self.log.error(f"({self.address}) protocol error - {err}")
+        elif isinstance(err, ConnectionClosedError):
+            err = GoError("not connected")
+        if on_failure is not None:
+            on_failure(err)
+        answer.set_exception(err)
 
     async def publish(self, topic: str, body: bytes) -> None:
         """go-nsq's ``Publish``: returns once nsqd answered OK."""

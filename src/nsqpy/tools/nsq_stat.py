@@ -29,6 +29,7 @@ from ..client.addr import format_address
 from ..common.flags import Flag, FlagSet
 from . import common, golog
 from .common import fatal, repeated
+from .goconfig import go_parse_int
 
 PROGRAM = "nsq_stat"
 
@@ -49,10 +50,8 @@ def header(cur: "ChannelStats") -> str:
 
 
 def _count(raw: str) -> int:
-    value = int(raw, 10)
-    if not -(2**31) <= value < 2**31:
-        raise ValueError("value out of range")
-    return value
+    """upstream's ``numValue``: ``strconv.ParseInt(s, 10, 32)``, with its error texts."""
+    return go_parse_int(raw, bits=32)
 
 
 def build_flagset() -> FlagSet:

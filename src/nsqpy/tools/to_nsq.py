@@ -101,14 +101,16 @@ class Publisher:
     def __init__(self, topic: str, producers: list[gonsq.GoProducer]) -> None:
         self.topic = topic
         self.producers = producers
-        self.window: deque[asyncio.Task[None]] = deque()
+        self.window: deque[asyncio.Future[None]] = deque()
         self.count = 0
 
     async def publish(self, body: bytes) -> None:
         for producer in self.producers:
-            task = asyncio.ensure_future(producer.publish(self.topic, body))
-            task.add_done_callback(_fatal_on_failure)
-            self.window.append(task)
+            try:
+                answer = await producer.publish_async(self.topic, body, on_failure=_fatal)
+            except (gonsq.GoError, NSQError, OSError) as err:
+                _fatal(err)
+            self.window.append(answer)
         self.count += 1
         while len(self.window) > WINDOW * len(self.producers):
             await self.window.popleft()
@@ -118,15 +120,8 @@ class Publisher:
             await self.window.popleft()
 
 
-def _fatal_on_failure(task: asyncio.Task[None]) -> None:
-    if task.cancelled():
-        return
-    err = task.exception()
-    if err is None:
-        return
-    if isinstance(err, (gonsq.GoError, NSQError, OSError)):
-        fatal(str(err))
-    raise err
+def _fatal(err: BaseException) -> None:
+    fatal(str(err))
 
 
 class StdinReader:
