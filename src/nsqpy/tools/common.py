@@ -397,7 +397,8 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
         raise HTTPQueryError(str(err)) from None
 
 
-def _unwrap(data: Any) -> Any:
+def unwrap_v1(data: Any) -> Any:
+    """An answer in nsqd/nsqlookupd's pre-1.0 envelope ``{status_code, data}`` unwrapped."""
     if isinstance(data, dict) and "status_code" in data and "data" in data:
         return data["data"]  # pre-1.0 envelope
     return data
@@ -416,8 +417,8 @@ async def query_all(session: aiohttp.ClientSession, urls: list[str], what: str) 
         joined = "\n".join(str(e) for e in errors)
         raise HTTPQueryError(f"failed to query any {what}: {joined}")
     if errors:
-        raise PartialQueryError(errors, [_unwrap(a) for a in answers])  # type: ignore[arg-type]
-    return [_unwrap(a) for a in answers]
+        raise PartialQueryError(errors, [unwrap_v1(a) for a in answers])  # type: ignore[arg-type]
+    return [unwrap_v1(a) for a in answers]
 
 
 def topics_of(answers: list[Any]) -> list[str]:

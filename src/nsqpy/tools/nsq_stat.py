@@ -164,12 +164,12 @@ class Poller:
 
     async def _nsqd_with_topic(self, addr: str) -> str | None:
         base = common.http_base(addr)
-        stats = common._unwrap(await common.get_json(
+        stats = common.unwrap_v1(await common.get_json(
             self.session, f"{base}/stats?format=json&topic={self.topic_q}&include_clients=false"))
         names = [t.get("topic_name") for t in (stats or {}).get("topics") or ()]
         if self.o.topic not in names:
             return None
-        info = common._unwrap(await common.get_json(self.session, f"{base}/info")) or {}
+        info = common.unwrap_v1(await common.get_json(self.session, f"{base}/info")) or {}
         host, port = info.get("broadcast_address"), info.get("http_port")
         if not host or not isinstance(port, int):
             return addr  # an nsqd too old to say: the address we were given

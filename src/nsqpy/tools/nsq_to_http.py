@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import time
 from typing import Any
 from urllib.parse import quote_plus
