@@ -19,14 +19,22 @@ logrotate moved them); SIGINT/SIGTERM stop gracefully: CLS, write/sync/FIN what 
 flight, close and move the files, exit 0. A second SIGINT/SIGTERM exits at once (status 1):
 messages not yet FINished are simply re-delivered by nsqd.
 
+Failures are upstream's: an nsqd that cannot be reached is logged (``couldn't create logger for
+new topic t: dial tcp ...``) and the program runs on without that topic (tried again at the next
+``--topic-refresh`` when topics come from nsqlookupd); an I/O error is fatal at once (status 1,
+Go's error text), leaving nsqd to deliver again what was not yet FINished.
+
 Differences from upstream, on purpose: with ``--topic-pattern`` and no ``--topic`` the topic
 list is fetched at start-up rather than after the first ``--topic-refresh``; a file opened in
 append mode whose last line was cut short (a crash mid-write) gets a newline first, so the torn
-line does not swallow the next message; the ``<REV>`` requirement is checked once at start-up
-(fatal) instead of per topic; an invalid ``--topic-pattern`` is fatal instead of matching nothing;
-``max_attempts`` defaults to 0 (unlimited): go-nsq's 5 would FIN a message re-delivered more often
-(after repeated crashes) without writing it; directories are fsynced after a file is created or
-moved, so a power loss cannot drop the entry of a file whose data was acknowledged.
+line does not swallow the next message; a ``--topic`` whose logger could never be made (a name
+nsqd refuses, no ``<REV>`` where needed, a go-nsq config error) gets upstream's ``couldn't create
+logger`` line and then exit 1, where upstream runs on archiving nothing, and so do
+``--max-in-flight=0`` and an invalid ``--topic-pattern``; ``max_attempts`` defaults to 0
+(unlimited): go-nsq's 5 would FIN a message re-delivered more often (after repeated crashes)
+without writing it; directories are fsynced after a file is created or moved, so a power loss
+cannot drop the entry of a file whose data was acknowledged; a lost connection is closed and
+reconnected at once, where go-nsq waits until the messages in flight on it are answered.
 """
 
 from __future__ import annotations
