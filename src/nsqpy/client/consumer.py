@@ -303,6 +303,9 @@ class Consumer:
         closing = [_quiet(c.start_close()) for c in conns]
         if closing:
             await asyncio.wait(closing, timeout=min(5.0, self.close_timeout))
+        # answers given before nsqd took the CLS may have drained us for a moment, and more
+        # messages came after: only from CLOSE_WAIT on does "nothing in flight" stay true
+        self._drained.clear()
         if not self._all_drained():
             try:
                 async with asyncio.timeout(self.close_timeout):
