@@ -24,7 +24,7 @@ from ..client import Consumer, Message
 from ..common.daemon import run as run_on_loop
 from ..common.flags import Flag, FlagError, FlagSet
 from ..protocol.names import is_valid_name
-from . import golog, gonsq
+from . import goerrors, golog, gonsq
 from .goconfig import GoNsqConfig, parse_go_nsq_options
 
 GO_NSQ_ACCEPT = "application/vnd.nsq; version=1.0"
@@ -173,11 +173,11 @@ class GoConsumer:
 
     async def connect(self, nsqd: list[str], lookupd: list[str]) -> None:
         reachable: list[str] = []
-        refused: tuple[str, gonsq.GoError] | None = None
+        refused: tuple[str, goerrors.GoError] | None = None
         for address in nsqd:
             try:
-                gonsq.check_dial_address(address)
-            except gonsq.GoError as err:
+                goerrors.check_dial_address(address)
+            except goerrors.GoError as err:
                 refused = (address, err)
                 break
             reachable.append(address)
@@ -197,7 +197,7 @@ class GoConsumer:
             try:
                 await self.consumer.start(fail_fast=True)
             except Exception as err:
-                raise NewConsumerError(gonsq.dial_error_text(err, self.log.last_address)) from None
+                raise NewConsumerError(goerrors.dial_error_text(err, self.log.last_address)) from None
         if refused is not None:
             self.log.connecting(refused[0])
             raise NewConsumerError(str(refused[1]))
@@ -386,11 +386,11 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
         async with session.get(url) as resp:
             body = await resp.read()
             if resp.status != 200:
-                raise HTTPQueryError(gonsq.response_error_text(resp.status, resp.reason or "", body))
+                raise HTTPQueryError(goerrors.response_error_text(resp.status, resp.reason or "", body))
     except HTTPQueryError:
         raise
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-        raise HTTPQueryError(gonsq.http_error_text("GET", url, err)) from None
+        raise HTTPQueryError(goerrors.http_error_text("GET", url, err)) from None
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as err:

@@ -5,14 +5,13 @@ time to the second, no level, no prefix; ``log.Fatal`` writes that line and exit
 at once, skipping any cleanup. Operators' scripts grep these lines and check that status, so the
 utilities write them exactly so (``nsq_to_file`` has its own prefixed logger besides, see
 :mod:`nsqpy.common.log`). go-nsq's consumers and producers log through the same default logger
-(:mod:`nsqpy.tools.gonsq` shapes those lines).
+(:mod:`nsqpy.tools.gonsq` shapes those lines, :mod:`nsqpy.tools.goerrors` Go's error texts).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import stat
 import sys
 import time
 from typing import NoReturn
@@ -72,49 +71,3 @@ def die_of_sigpipe() -> NoReturn:
     os.kill(os.getpid(), signal.SIGPIPE)
     os._exit(141)  # not reached
 
-
-def os_error(op: str, path: str, err: OSError) -> str:
-    """Go's ``*os.PathError`` text: ``open /data/x.log: permission denied``."""
-    why = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-    return f"{op} {path}: {why[:1].lower()}{why[1:]}"
-
-
-def link_error(src: str, dst: str, err: OSError) -> str:
-    """Go's ``*os.LinkError`` text: ``link /work/x /out/x: file exists``."""
-    why = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-    return f"link {src} {dst}: {why[:1].lower()}{why[1:]}"
-
-
-def mkdir_all(path: str, mode: int) -> None:
-    """Go's ``os.MkdirAll``, with its error texts (OSError whose ``str`` is Go's): which
-    directory it names and how depend on Go's walk, e.g. ``mkdir /data/out: not a directory``
-    when ``/data/out`` is a file and a directory below it was asked for."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        pass
-    else:
-        if stat.S_ISDIR(st.st_mode):
-            return
-        raise GoOSError(os_error("mkdir", path, NotADirectoryError(20, "")))
-    i = len(path)
-    while i > 0 and path[i - 1] == "/":
-        i -= 1
-    j = i
-    while j > 0 and path[j - 1] != "/":
-        j -= 1
-    if j > 1:
-        mkdir_all(path[: j - 1], mode)
-    try:
-        os.mkdir(path, mode)
-    except OSError as err:
-        if os.path.isdir(path) and not os.path.islink(path):
-            return
-        raise GoOSError(os_error("mkdir", path, err)) from None
-
-
-class GoOSError(OSError):
-    """An OSError whose text is already Go's."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])

@@ -1,10 +1,10 @@
-"""go-nsq as upstream's utilities show it: its log lines, its error texts, its lookupd polling.
+"""go-nsq as upstream's utilities show it: its log lines, its lookupd polling, its producer.
 
 Upstream's utilities are built on go-nsq 1.1.0, so what an operator sees when an nsqd is down,
 goes away or comes back is go-nsq's: a numbered line per event on stderr (``INF    1
 [topic/channel] (127.0.0.1:4150) connecting to nsqd``), Go's network error texts (``dial tcp
-127.0.0.1:4150: connect: connection refused``), lookupd queried one at a time with up to three
-tries. nsqpy's :class:`~nsqpy.client.Consumer` does the work; :class:`ConsumerLog` (its hooks)
+127.0.0.1:4150: connect: connection refused``, :mod:`nsqpy.tools.goerrors`), lookupd queried
+one at a time with up to three tries. nsqpy's :class:`~nsqpy.client.Consumer` does the work; :class:`ConsumerLog` (its hooks)
 and :class:`GoLookupdPoller` make it look and pace itself like go-nsq, and :class:`GoProducer`
 publishes the go-nsq way (connect on first use, no retry: a failure is the caller's to handle).
 """
@@ -12,11 +12,8 @@ publishes the go-nsq way (connect on first use, no retry: a failure is the calle
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import itertools
 import logging
-import os
-import socket
 from typing import Callable
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -25,12 +22,21 @@ import orjson
 
 from ..client import ConnectionOptions, LookupdPoller, Message, NSQConnection, NSQErrorResponse
 from ..client.connection import encode_pub, name_bytes
-from ..client.errors import ConnectionClosedError, IdentifyError
+from ..client.errors import ConnectionClosedError
 from ..client.hooks import ConsumerHooks
 from ..client.lookupd import producers_from_answer
 from ..common.flags import format_duration, go_quote
 from ..protocol.frames import OK
 from . import golog
+from .goerrors import (
+    GoError,
+    check_dial_address,
+    dial_error_text,
+    http_error_text,
+    io_error_text,
+    response_error_text,
+    split_host_port,
+)
 
 #: go-nsq numbers every Consumer and Producer of the process from 1, in creation order
 _instances = itertools.count(1)
@@ -38,145 +44,6 @@ _instances = itertools.count(1)
 
 def next_instance_id() -> int:
     return next(_instances)
-
-
-# --- Go's error texts -------------------------------------------------------------------------
-
-
-class GoError(Exception):
-    """An error whose text is already Go's (what upstream would print)."""
-
-
-def _resolver() -> str:
-    """The nameserver Go's resolver names in ``lookup x on 10.0.0.1:53: no such host``."""
-    try:
-        with open("/etc/resolv.conf") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 2 and parts[0] == "nameserver":
-                    host = parts[1]
-                    return f"[{host}]:53" if ":" in host else f"{host}:53"
-    except OSError:
-        pass
-    return "127.0.0.1:53"
-
-
-def split_host_port(address: str) -> tuple[str, str]:
-    """Go's ``net.SplitHostPort``; GoError worded as ``dial tcp`` reports it."""
-
-    def bad(why: str) -> GoError:
-        return GoError(f"dial tcp: address {address}: {why}")
-
-    colon = address.rfind(":")
-    if colon < 0:
-        raise bad("missing port in address")
-    if address.startswith("["):
-        end = address.find("]")
-        if end < 0:
-            raise bad("missing ']' in address")
-        if end + 1 == len(address):
-            raise bad("missing port in address")
-        if end + 1 != colon:
-            raise bad("too many colons in address" if address[end + 1] == ":" else "missing port in address")
-        host, j, k = address[1:end], 1, end + 1
-    else:
-        host, j, k = address[:colon], 0, 0
-        if ":" in host:
-            raise bad("too many colons in address")
-    if "[" in address[j:]:
-        raise bad("unexpected '[' in address")
-    if "]" in address[k:]:
-        raise bad("unexpected ']' in address")
-    return host, address[colon + 1 :]
-
-
-def check_dial_address(address: str) -> None:
-    """What Go's dialer refuses before dialling: no port, a bad port."""
-    _host, port = split_host_port(address)
-    if port.isdigit():
-        if int(port) > 0xFFFF:
-            raise GoError(f"dial tcp: address {port}: invalid port")
-    elif port:
-        try:
-            socket.getservbyname(port, "tcp")
-        except OSError:
-            raise GoError(f"dial tcp: lookup tcp/{port}: unknown port") from None
-
-
-def _dialled(address: str) -> str:
-    """``host:port`` as Go names the address it dialled: the host resolved to an IP."""
-    try:
-        host, port = split_host_port(address)
-    except GoError:
-        return address
-    try:
-        ipaddress.ip_address(host)
-        return address
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host or None, port or 0, type=socket.SOCK_STREAM)
-    except OSError:
-        return address
-    infos.sort(key=lambda i: i[0] != socket.AF_INET)
-    ip = infos[0][4][0]
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
-def _syscall_text(err: OSError) -> str:
-    """Go's ``syscall.Errno`` text: the C library's message, lower-cased."""
-    text = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-    return text[:1].lower() + text[1:]
-
-
-def dial_error_text(err: BaseException, address: str) -> str:
-    """What go-nsq's ``Conn.Connect`` error says for this failure to reach ``address``."""
-    if isinstance(err, GoError):
-        return str(err)
-    if isinstance(err, socket.gaierror):
-        host = address.rsplit(":", 1)[0].strip("[]")
-        if err.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5)):
-            return f"dial tcp: lookup {host} on {_resolver()}: no such host"
-        return f"dial tcp: lookup {host}: {_syscall_text(err)}"
-    if isinstance(err, NSQErrorResponse):
-        return f"failed to IDENTIFY - {err}"
-    if isinstance(err, (ConnectionClosedError, IdentifyError)):
-        return "failed to IDENTIFY - EOF"
-    if isinstance(err, TimeoutError) or (isinstance(err, ConnectionError) and "timed out" in str(err)):
-        return f"dial tcp {_dialled(address)}: i/o timeout"
-    if isinstance(err, OSError) and err.errno is not None:
-        return f"dial tcp {_dialled(address)}: connect: {_syscall_text(err)}"
-    return str(err)
-
-
-def io_error_text(err: BaseException | None) -> str:
-    """go-nsq's ``IO error - ...`` text for why an established connection ended."""
-    if err is None or isinstance(err, (ConnectionClosedError, EOFError)):
-        return "EOF"
-    if isinstance(err, OSError) and err.errno is not None:
-        return f"read tcp: read: {_syscall_text(err)}"
-    return str(err)
-
-
-def http_error_text(method: str, url: str, err: BaseException) -> str:
-    """Go's ``*url.Error``: ``Get "http://...": dial tcp ...: connect: connection refused``."""
-    verb = method[:1].upper() + method[1:].lower()
-    cause: BaseException = err
-    if isinstance(err, aiohttp.ClientConnectorError):
-        cause = err.os_error
-        host, port = err.host, err.port
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        return f'{verb} "{url}": {dial_error_text(cause, address)}'
-    if isinstance(err, (asyncio.TimeoutError, TimeoutError)):
-        return f'{verb} "{url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)'
-    if isinstance(err, aiohttp.ServerDisconnectedError):
-        return f'{verb} "{url}": EOF'
-    return f'{verb} "{url}": {err}'
-
-
-def response_error_text(status: int, reason: str, body: bytes) -> str:
-    """go-nsq's and nsq's HTTP helpers on a non-200 answer: ``got response 404 Not Found "..."``."""
-    return f"got response {status} {reason} {go_quote(body.decode('utf-8', 'replace'))}"
 
 
 # --- log lines --------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from ..client import Message
 from ..common.flags import Flag, FlagSet
 from ..common.log import make_logger
 from ..protocol.names import is_valid_name
-from . import common, golog, gonsq
+from . import common, goerrors, golog, gonsq
 from .common import fatal, repeated
 from .goconfig import GoNsqConfig
 
@@ -167,12 +167,12 @@ def exclusive_rename(src: str, dst: str) -> None:
     except FileExistsError:
         raise
     except OSError as err:
-        raise golog.GoOSError(golog.link_error(src, dst, err)) from None
+        raise goerrors.GoOSError(goerrors.link_error(src, dst, err)) from None
     fsync_dir(os.path.dirname(dst))
     try:
         os.unlink(src)
     except OSError as err:
-        raise golog.GoOSError(golog.os_error("remove", src, err)) from None
+        raise goerrors.GoOSError(goerrors.os_error("remove", src, err)) from None
 
 
 def fsync_dir(path: str) -> None:
@@ -342,7 +342,7 @@ class FileLogger:
                 await asyncio.to_thread(os.fsync, self._fd)
             except OSError as err:
                 raise FatalError(f"{self.tag} failed syncing messages: "
-                                 f"{golog.os_error('sync', self._path, err)}") from None
+                                 f"{goerrors.os_error('sync', self._path, err)}") from None
         pending, self._pending = self._pending, []
         for msg in pending:
             msg.finish()
@@ -385,7 +385,7 @@ class FileLogger:
             _write_all(self._fd, data)  # type: ignore[arg-type]
         except OSError as err:
             raise FatalError(f"{self.tag} writing message to disk: "
-                             f"{golog.os_error('write', self._path, err)}") from None
+                             f"{goerrors.os_error('write', self._path, err)}") from None
         self._disk_bytes += len(data)
 
     def _end_member(self, force: bool = False) -> None:
@@ -397,7 +397,7 @@ class FileLogger:
             _write_all(self._fd, tail)  # type: ignore[arg-type]
         except OSError as err:
             raise FatalError(f"{self.tag} failed to close GZIP writer: "
-                             f"{golog.os_error('write', self._path, err)}") from None
+                             f"{goerrors.os_error('write', self._path, err)}") from None
         self._disk_bytes += len(tail)
         self._gz = self._new_member()
         self._member_bytes = 0
@@ -416,12 +416,12 @@ class FileLogger:
             os.fsync(fd)
         except OSError as err:
             raise FatalError(f"{self.tag} failed to fsync output file: "
-                             f"{golog.os_error('sync', self._path, err)}") from None
+                             f"{goerrors.os_error('sync', self._path, err)}") from None
         try:
             os.close(fd)
         except OSError as err:
             raise FatalError(f"{self.tag} failed to close output file: "
-                             f"{golog.os_error('close', self._path, err)}") from None
+                             f"{goerrors.os_error('close', self._path, err)}") from None
         self._fd = None
         self._gz = None
         opts = self.opts
@@ -487,7 +487,7 @@ class FileLogger:
                 continue
             except OSError as err:
                 raise FatalError(f"{self.tag} unable to open {path}: "
-                                 f"{golog.os_error('open', path, err)}") from None
+                                 f"{goerrors.os_error('open', path, err)}") from None
             size = os.fstat(fd).st_size
             if opts.rotate_size > 0 and size > opts.rotate_size:
                 self.logger.info("%s %s currently %d bytes (> %d), rotating...", self.tag, path,
@@ -534,7 +534,7 @@ def _make_parent(path: str, tag: str) -> None:
     parent = path[: path.rfind("/") + 1]
     if parent:
         try:
-            golog.mkdir_all(parent, 0o770)
+            goerrors.mkdir_all(parent, 0o770)
         except OSError as err:
             raise FatalError(f"{tag} unable to create dir: {err}") from None
 

@@ -34,7 +34,7 @@ from yarl import URL
 from .. import NSQ_COMPAT_VERSION
 from ..client import Message
 from ..common.flags import Flag, FlagSet
-from . import common, gonsq
+from . import common, goerrors, gonsq
 from .common import fatal, repeated
 from .goconfig import GoNsqConfig, go_nsq_flag
 
@@ -124,7 +124,7 @@ class HTTPPublisher:
                         raise RequestFailed(f"got status code {resp.status}")
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as err:
             method = "GET" if self.use_get else "POST"
-            raise RequestFailed(gonsq.http_error_text(method, str(url), err)) from None
+            raise RequestFailed(goerrors.http_error_text(method, str(url), err)) from None
 
     async def handle(self, msg: Message) -> None:
         if self.sample < 1.0 and random.random() > self.sample:

@@ -36,6 +36,7 @@ from ..protocol.names import is_valid_name
 from . import common, golog, gonsq
 from .common import fatal, repeated
 from .goconfig import GoNsqConfig, go_nsq_flag
+from .goerrors import GoError
 
 PROGRAM = "nsq_to_nsq"
 
@@ -194,7 +195,7 @@ class Republisher:
         address = self.selector.get()
         try:
             answer = await self.producers[address].publish_async(destination, body)
-        except (gonsq.GoError, NSQError, OSError) as err:
+        except (GoError, NSQError, OSError) as err:
             # go-nsq's PublishAsync failed at once (could not connect): the handler's error
             self.selector.mark(address, True)
             log.handler_error(msg, str(err))
@@ -202,7 +203,7 @@ class Republisher:
             return
         try:
             await answer
-        except (gonsq.GoError, NSQError, OSError):
+        except (GoError, NSQError, OSError):
             self.selector.mark(address, True)
             msg.requeue()
             return

@@ -35,6 +35,7 @@ from ..common.flags import Flag, FlagSet
 from . import common, golog, gonsq
 from .common import fatal, repeated
 from .goconfig import GoNsqConfig, go_nsq_flag
+from .goerrors import GoError
 
 PROGRAM = "to_nsq"
 WINDOW = 1024  # unanswered PUBs per nsqd before reading more input
@@ -108,7 +109,7 @@ class Publisher:
         for producer in self.producers:
             try:
                 answer = await producer.publish_async(self.topic, body, on_failure=_fatal)
-            except (gonsq.GoError, NSQError, OSError) as err:
+            except (GoError, NSQError, OSError) as err:
                 _fatal(err)
             self.window.append(answer)
         self.count += 1
