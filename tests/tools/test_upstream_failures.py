@@ -107,6 +107,12 @@ ARGUMENT_CASES = [
     ("nsq_tail", ["--topic=t", f"--nsqd-tcp-address={CLOSED}", "--consumer-opt=read_timeout,50ms"]),
     ("nsq_tail", ["--topic=t", f"--nsqd-tcp-address={CLOSED}", "--consumer-opt=heartbeat_interval,90s"]),
     ("nsq_tail", ["--topic=t", f"--nsqd-tcp-address={CLOSED}", "--consumer-opt=nope"]),
+    ("nsq_tail", ["--topic=t", f"--nsqd-tcp-address={CLOSED}", "--consumer-opt=tls_root_ca_file,/dev/null"]),
+    ("nsq_tail", ["--topic=t", f"--nsqd-tcp-address={CLOSED}", "--consumer-opt=tls_root_ca_file,/nonexistent"]),
+    ("nsq_tail", ["--topic=t", f"--nsqd-tcp-address={CLOSED}", "--consumer-opt=tls_cert,/dev/null",
+                  "--consumer-opt=tls_key,/dev/null"]),
+    ("nsq_tail", ["--topic=t", f"--nsqd-tcp-address={CLOSED}", "--consumer-opt=tls_cert,/nonexistent",
+                  "--consumer-opt=tls_key,/dev/null"]),
     ("nsq_tail", ["--topic=t", "--nsqd-tcp-address=127.0.0.1"]),
     ("nsq_tail", ["--topic=t", "--nsqd-tcp-address=127.0.0.1:99999"]),
     ("nsq_tail", ["--topic=t", "--nsqd-tcp-address=nohost.invalid:4150"]),
@@ -169,6 +175,30 @@ def test_argument_and_start_up_errors(tool, args):
     assert ours.code == upstream.code, (ours, upstream)
     assert ours.lines() == upstream.lines()
     assert ours.elapsed < 5  # at once (Python's start-up is the difference)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("tool, args", [
+    ("nsq_tail", ["--topic=t", "--nsqd-tcp-address={nsqd}", "--nsqd-tcp-address={nsqd}"]),
+    ("nsq_tail", ["--topic=t", "--nsqd-tcp-address={nsqd}", "--consumer-opt=snappy", "--consumer-opt=deflate"]),
+    ("nsq_to_http", ["--topic=t", "--nsqd-tcp-address={nsqd}", "--post=http://127.0.0.1:1/",
+                     "--consumer-opt=snappy", "--consumer-opt=deflate"]),
+    ("to_nsq", ["--topic=t", "--nsqd-tcp-address={nsqd}", "--producer-opt=snappy", "--producer-opt=deflate"]),
+])
+def test_start_up_refusals_from_a_live_nsqd(tool, args, tmp_path):
+    """go-nsq's ``already connected`` for an address given twice; nsqd's IDENTIFY refusal of
+    snappy and deflate together (nsqpy knows that answer and does not dial for it)."""
+    results = []
+    for side in SIDES:
+        nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}")
+        try:
+            argv = [binary(side, tool), *(a.format(nsqd=nsqd.tcp_address) for a in args)]
+            results.append((run_once(argv, input=b"one\n", timeout=20), ports(nsqd)))
+        finally:
+            nsqd.stop()
+    (upstream, up_masks), (ours, our_masks) = results
+    assert upstream.code == ours.code == 1
+    assert ours.lines(our_masks) == upstream.lines(up_masks)
 
 
 # --- no nsqd --------------------------------------------------------------------------------------

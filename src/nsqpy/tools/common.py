@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 
 from .. import NSQ_COMPAT_VERSION, __version__
-from ..client import Consumer, Message
+from ..client import ConnectionOptions, Consumer, Message
 from ..common.daemon import run as run_on_loop
 from ..common.flags import Flag, FlagError, FlagSet
 from ..protocol.names import is_valid_name
@@ -138,14 +138,31 @@ def go_config(values: list[str], flag_name: str, *, ignore_errors: bool = False)
     return cfg
 
 
-class NewConsumerError(Exception):
-    """go-nsq's ``NewConsumer`` or ``ConnectTo*`` failed: the text upstream's tools print."""
+class StartError(Exception):
+    """go-nsq's ``NewConsumer``/``NewProducer`` or ``ConnectTo*`` failed: the text upstream's
+    tools print."""
+
+
+def connection_options(cfg: GoNsqConfig, program: str) -> tuple[ConnectionOptions, str | None]:
+    """The client's options for go-nsq's config, and the text of nsqd's refusal when go-nsq
+    would send an IDENTIFY that every nsqd refuses (``snappy`` and ``deflate`` both: the
+    client will not build that, so the tools report nsqd's answer without dialling)."""
+    try:
+        return cfg.connection_options(user_agent(program)), None
+    except OSError as err:  # TLS files that became unreadable since the flags were checked
+        raise StartError(str(err)) from None
+    except ValueError:
+        if not (cfg.conn.get("snappy") and cfg.conn.get("deflate")):
+            raise
+    plain = GoNsqConfig(dict(cfg.conn, deflate=False), cfg.consumer, cfg.tls)
+    return plain.connection_options(user_agent(program)), (
+        "failed to IDENTIFY - E_IDENTIFY_FAILED cannot enable both deflate and snappy compression")
 
 
 class GoConsumer:
     """A :class:`Consumer` made, connected and reporting the way go-nsq's is in upstream's tools.
 
-    Making it is go-nsq's ``NewConsumer`` (config and names checked, NewConsumerError with
+    Making it is go-nsq's ``NewConsumer`` (config and names checked, StartError with
     go-nsq's text); :meth:`connect` is ``ConnectToNSQDs`` then ``ConnectToNSQLookupds``: the nsqd
     one at a time, the first that cannot be reached ends it, while a failing nsqlookupd is only
     logged. After that start a lost nsqd (given directly) is retried every
@@ -161,26 +178,34 @@ class GoConsumer:
         if problem is None and not is_valid_name(channel):
             problem = "invalid channel name"
         if problem is not None:
-            raise NewConsumerError(problem)
+            raise StartError(problem)
         self.topic = topic
         self.channel = channel
         self.handler = handler
         self.cfg = cfg
-        self.options = cfg.connection_options(user_agent(program))
+        self.options, self.refusal = connection_options(cfg, program)
         self.kwargs = {**cfg.consumer, "max_in_flight": max_in_flight, **kwargs}
         self.log = gonsq.ConsumerLog(topic, channel)
         self.consumer: Consumer | None = None
 
     async def connect(self, nsqd: list[str], lookupd: list[str]) -> None:
         reachable: list[str] = []
-        refused: tuple[str, goerrors.GoError] | None = None
+        refused: tuple[str | None, goerrors.GoError] | None = None
         for address in nsqd:
+            if address in reachable:  # go-nsq refuses it before dialling
+                refused = (None, goerrors.GoError("already connected"))
+                break
             try:
                 goerrors.check_dial_address(address)
             except goerrors.GoError as err:
                 refused = (address, err)
                 break
+            if self.refusal is not None:  # what nsqd answers such an IDENTIFY
+                refused = (address, goerrors.GoError(self.refusal))
+                break
             reachable.append(address)
+        if self.refusal is not None and lookupd:
+            raise StartError(self.refusal)
         if reachable or lookupd:
             self.log.lookupd = bool(lookupd)
             poll = self.cfg.lookupd_poll_interval
@@ -197,10 +222,11 @@ class GoConsumer:
             try:
                 await self.consumer.start(fail_fast=True)
             except Exception as err:
-                raise NewConsumerError(goerrors.dial_error_text(err, self.log.last_address)) from None
+                raise StartError(goerrors.dial_error_text(err, self.log.last_address)) from None
         if refused is not None:
-            self.log.connecting(refused[0])
-            raise NewConsumerError(str(refused[1]))
+            if refused[0] is not None:
+                self.log.connecting(refused[0])
+            raise StartError(str(refused[1]))
 
     def is_starved(self) -> bool:
         return self.consumer is not None and self.consumer.is_starved()

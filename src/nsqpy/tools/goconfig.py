@@ -12,6 +12,7 @@ made, so its error is a start-up failure, not a flag error).
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 from dataclasses import dataclass, field
@@ -198,6 +199,11 @@ def _coerce(name: str, opt: _GoOpt, raw: str | bool) -> Any:
                 why = (err.strerror or str(err)).lower()
                 raise LookupError("ERROR: failed to read custom Certificate Authority file "
                                   f"open {raw}: {why}") from None
+            try:
+                ssl.create_default_context(cafile=raw)
+            except (ssl.SSLError, ValueError):
+                raise LookupError("ERROR: failed to append certificates from Certificate "
+                                  "Authority file") from None
             value = raw
         else:
             value = raw
@@ -229,15 +235,47 @@ def parse_one(text: str) -> tuple[str, _GoOpt, Any]:
     return key, opt, _coerce(key, opt, raw)
 
 
-def _check_flag_value(text: str) -> list[str]:
-    parse_one(text)
-    return [text]
+def _key_pair_error(cert: str, key: str) -> str | None:
+    """go-nsq loads ``tls_cert`` and ``tls_key`` as soon as it has both (Go's
+    ``tls.LoadX509KeyPair``): its error text, or None."""
+    pem: dict[str, bytes] = {}
+    for path in (cert, key):
+        try:
+            with open(path, "rb") as fh:
+                pem[path] = fh.read()
+        except OSError as err:
+            why = os.strerror(err.errno) if err.errno else str(err)
+            return f"open {path}: {why[:1].lower()}{why[1:]}"
+    if b"-----BEGIN" not in pem[cert]:
+        return "tls: failed to find any PEM data in certificate input"
+    if b"-----BEGIN" not in pem[key]:
+        return "tls: failed to find any PEM data in key input"
+    try:
+        ssl.create_default_context().load_cert_chain(cert, key)
+    except ssl.SSLError as err:
+        if "KEY_VALUES_MISMATCH" in str(err):
+            return "tls: private key does not match public key"
+        return f"tls: {err.reason or err}"
+    return None
 
 
 def go_nsq_flag(name: str, help: str) -> Flag:
     """``--consumer-opt``/``--producer-opt``: repeatable, each value checked as it is parsed
     (a bad one is a flag error: message, usage, exit 2, as go-nsq's ``ConfigFlag``)."""
-    return Flag(name, [], help, kind="list", parse=_check_flag_value)
+    key_pair: dict[str, str] = {}
+
+    def check(text: str) -> list[str]:
+        key, _opt, value = parse_one(text)
+        if key in ("tls_cert", "tls_key") and value:
+            first = not ("tls_cert" in key_pair and "tls_key" in key_pair)
+            key_pair[key] = value
+            if first and len(key_pair) == 2:
+                problem = _key_pair_error(key_pair["tls_cert"], key_pair["tls_key"])
+                if problem is not None:
+                    raise ValueError(problem)
+        return [text]
+
+    return Flag(name, [], help, kind="list", parse=check)
 
 
 @dataclass

@@ -230,9 +230,10 @@ class GoProducer:
     GoError("not connected") (go-nsq's ``ErrNotConnected``).
     """
 
-    def __init__(self, address: str, options: ConnectionOptions) -> None:
+    def __init__(self, address: str, options: ConnectionOptions, refusal: str | None = None) -> None:
         self.address = address
         self.options = options
+        self.refusal = refusal  # nsqd's certain answer to this IDENTIFY (see common.connection_options)
         self.log = GoNsqLog()
         self._conn: NSQConnection | None = None
         self._connecting: asyncio.Future[NSQConnection] | None = None
@@ -257,6 +258,8 @@ class GoProducer:
         self.log.info(f"({self.address}) connecting to nsqd")
         try:
             check_dial_address(self.address)
+            if self.refusal is not None:
+                raise GoError(self.refusal)
             host, port = split_host_port(self.address)
             conn = NSQConnection(host.strip("[]") or "127.0.0.1", int(port or 0), self.options)
             await conn.connect()

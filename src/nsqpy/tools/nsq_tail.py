@@ -114,7 +114,7 @@ async def _main(o: Any, cfg: GoNsqConfig) -> int:
                                          o.max_in_flight)
             consumers.append(consumer)
             await consumer.connect(o.nsqd_tcp_address, o.lookupd_http_address)
-        except common.NewConsumerError as err:
+        except common.StartError as err:
             fatal(str(err))
     await done.wait()
     if tail.broken or tail.reached:

@@ -192,7 +192,7 @@ class FileLogger:
 
     def __init__(self, opts: Any, topic: str, go_cfg: GoNsqConfig, logger: Any) -> None:
         """upstream's ``NewFileLogger`` up to the consumer's creation: ValueError (bad
-        ``--filename-format``) or NewConsumerError; :meth:`connect` does the rest."""
+        ``--filename-format``) or StartError; :meth:`connect` does the rest."""
         self.opts = opts
         self.topic = topic
         self.logger = logger
@@ -227,10 +227,10 @@ class FileLogger:
                                           opts.max_in_flight, auto_finish=False, **kwargs)
 
     async def connect(self) -> None:
-        """Connect the consumer (NewConsumerError as upstream's ``NewFileLogger`` fails)."""
+        """Connect the consumer (StartError as upstream's ``NewFileLogger`` fails)."""
         try:
             await self.consumer.connect(self.opts.nsqd_tcp_address, self.opts.lookupd_http_address)
-        except common.NewConsumerError:
+        except common.StartError:
             await self.consumer.abandon()
             raise
 
@@ -572,7 +572,7 @@ class TopicDiscoverer:
             try:
                 fl = FileLogger(self.opts, topic, self.go_cfg, self.logger)
                 await fl.connect()
-            except (ValueError, common.NewConsumerError) as err:
+            except (ValueError, common.StartError) as err:
                 self.logger.error("couldn't create logger for new topic %s: %s", topic, err)
                 continue
             self.loggers[topic] = fl

@@ -167,7 +167,7 @@ async def _main(o: Any, cfg: GoNsqConfig, headers: dict[str, str]) -> int:
         try:
             consumer = common.GoConsumer(o.topic, o.channel, lambda m: None, cfg, PROGRAM,
                                          o.max_in_flight, concurrency=max(1, o.n))
-        except common.NewConsumerError as err:
+        except common.StartError as err:
             fatal(str(err))
         publisher = HTTPPublisher(o, session, headers)
         publisher.log = consumer.log
@@ -176,7 +176,7 @@ async def _main(o: Any, cfg: GoNsqConfig, headers: dict[str, str]) -> int:
             fatal("no handlers")  # go-nsq refuses to connect a consumer without handlers
         try:
             await consumer.connect(o.nsqd_tcp_address, o.lookupd_http_address)
-        except common.NewConsumerError as err:
+        except common.StartError as err:
             fatal(str(err))
         await stop.wait()
         await consumer.close()

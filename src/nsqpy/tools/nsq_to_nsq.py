@@ -216,8 +216,11 @@ class Republisher:
 async def _main(o: Any, consumer_cfg: GoNsqConfig, producer_cfg: GoNsqConfig) -> int:
     stop = asyncio.Event()
     common.on_signals(lambda _s: stop.set(), *common.TERM_SIGNALS)
-    producer_options = producer_cfg.connection_options(common.user_agent(PROGRAM))
-    producers = {addr: gonsq.GoProducer(addr, producer_options)
+    try:
+        producer_options, refusal = common.connection_options(producer_cfg, PROGRAM)
+    except common.StartError as err:
+        fatal(f"failed creating producer {err}")
+    producers = {addr: gonsq.GoProducer(addr, producer_options, refusal)
                  for addr in dict.fromkeys(o.destination_nsqd_tcp_address)}
     republisher = Republisher(o, producers)
     consumers: list[common.GoConsumer] = []
@@ -226,7 +229,7 @@ async def _main(o: Any, consumer_cfg: GoNsqConfig, producer_cfg: GoNsqConfig) ->
         try:
             consumer = common.GoConsumer(topic, o.channel, lambda m: None, consumer_cfg, PROGRAM,
                                          o.max_in_flight, concurrency=max(1, o.max_in_flight))
-        except common.NewConsumerError as err:
+        except common.StartError as err:
             fatal(str(err))
         consumer.handler = republisher.handler_for(destination, consumer.log)
         consumers.append(consumer)
@@ -234,12 +237,12 @@ async def _main(o: Any, consumer_cfg: GoNsqConfig, producer_cfg: GoNsqConfig) ->
         for consumer in consumers:
             try:
                 await consumer.connect(o.nsqd_tcp_address, [])
-            except common.NewConsumerError as err:
+            except common.StartError as err:
                 fatal(str(err))
         for consumer in consumers:
             try:
                 await consumer.connect([], o.lookupd_http_address)
-            except common.NewConsumerError as err:
+            except common.StartError as err:
                 fatal(str(err))
         await stop.wait()
     finally:

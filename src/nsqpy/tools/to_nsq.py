@@ -199,8 +199,11 @@ async def read_and_publish(fd: int, delim: int, publisher: Publisher, bucket: To
 async def _main(o: Any, cfg: GoNsqConfig) -> int:
     stop = asyncio.Event()
     common.on_signals(lambda _s: stop.set(), *common.TERM_SIGNALS)
-    options = cfg.connection_options(common.user_agent(PROGRAM))
-    producers = [gonsq.GoProducer(addr, options) for addr in dict.fromkeys(o.nsqd_tcp_address)]
+    try:
+        options, refusal = common.connection_options(cfg, PROGRAM)
+    except common.StartError as err:
+        fatal(f"failed to create nsq.Producer - {err}")
+    producers = [gonsq.GoProducer(addr, options, refusal) for addr in dict.fromkeys(o.nsqd_tcp_address)]
     publisher = Publisher(o.topic, producers)
     bucket = None
     if o.rate >= 1:
