@@ -271,6 +271,37 @@ def test_nsq_stat_refused_and_nsqd_going_away(tmp_path):
     assert ours.stdout.splitlines()[:2] == upstream.stdout.splitlines()[:2]
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("args", [
+    ["--topic=nope", "--channel=c", "--lookupd-http-address={lookupd}"],  # 404 TOPIC_NOT_FOUND
+    ["--topic=t", "--channel=nope", "--lookupd-http-address={lookupd}"],
+    ["--topic=nope", "--channel=c", "--nsqd-http-address={nsqd}"],  # no nsqd has it
+    ["--topic=t", "--channel=c", "--nsqd-http-address={nsqd}", f"--nsqd-http-address={CLOSED}"],
+], ids=["unknown-topic-lookupd", "unknown-channel", "unknown-topic-nsqd", "one-nsqd-down"])
+def test_nsq_stat_cluster_errors(args, tmp_path):
+    """upstream's clusterinfo errors, one nsqd down among several fatal too."""
+    results = []
+    for side in SIDES:
+        lookupd = LookupdAt("nsqpy", tmp_path / f"lookupd-{side}")
+        nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}",
+                      extra=[f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"])
+        try:
+            create_channel(nsqd.http_address, "t", "c")
+            wait = time.monotonic() + 10
+            while b"127.0.0.1" not in http("GET", f"http://{lookupd.http_address}/lookup?topic=t")[1]:
+                assert time.monotonic() < wait, "nsqd never registered"
+                time.sleep(0.05)
+            argv = [binary(side, "nsq_stat"),
+                    *(a.format(nsqd=nsqd.http_address, lookupd=lookupd.http_address) for a in args)]
+            results.append((run_once(argv, timeout=20), ports(nsqd, lookupd)))
+        finally:
+            nsqd.stop()
+            lookupd.stop()
+    (upstream, up_masks), (ours, our_masks) = results
+    assert upstream.code == ours.code == 1
+    assert ours.lines(our_masks) == upstream.lines(up_masks)
+
+
 # --- nsqd going away and coming back -------------------------------------------------------------
 
 
