@@ -20,10 +20,16 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import aiohttp
 import orjson
 
-from ..client import ConnectionOptions, LookupdPoller, Message, NSQConnection, NSQErrorResponse
+from ..client import (
+    ConnectionOptions,
+    ConsumerHooks,
+    LookupdPoller,
+    Message,
+    NSQConnection,
+    NSQErrorResponse,
+)
 from ..client.connection import encode_pub, name_bytes
 from ..client.errors import ConnectionClosedError
-from ..client.hooks import ConsumerHooks
 from ..client.lookupd import producers_from_answer
 from ..common.flags import format_duration, go_quote
 from ..protocol.frames import OK
