@@ -24,13 +24,10 @@ from tools.tool_util import VENV_BIN
 
 
 def upstream_bin() -> Path | None:
-    """The directory of upstream's binaries, or None."""
-    explicit = os.environ.get("NSQ_UPSTREAM_BIN")
-    for candidate in ([explicit] if explicit else []) + ["/work/upstream/bin"]:
-        path = Path(candidate)
-        if (path / "nsq_tail").exists():
-            return path
-    return None
+    """The directory of upstream's binaries (``NSQ_UPSTREAM_BIN``, else /work/upstream/bin),
+    or None when it does not hold them."""
+    path = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
+    return path if (path / "nsq_tail").exists() else None
 
 
 UPSTREAM = upstream_bin()
