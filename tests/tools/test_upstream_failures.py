@@ -475,6 +475,9 @@ def test_to_nsq_nsqd_going_away_and_bouncing(tmp_path):
                     else:
                         nsqd.stop()
                     run.wait_for_stderr(has_line("exiting router"))
+                    # go-nsq's producer is back to "not connected yet" a moment after its
+                    # router said so; a publish before that fails with "not connected"
+                    time.sleep(0.5)
                     run.proc.stdin.write(b"two\n")
                     run.proc.stdin.close()
                     outcome = run.finish(sig=None)
