@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import ssl
 import time
 
 import pytest
 
-from nsqpy.common.flags import FlagError
-from nsqpy.tools.common import (
-    HostPool,
-    RoundRobin,
-    TimerMetrics,
-    build_go_config,
-    parse_go_nsq_options,
-    version_string,
-)
+from nsqpy.common.flags import FlagError, FlagSet
+from nsqpy.tools.common import HostPool, RoundRobin, TimerMetrics, split_go_args, version_string
+from nsqpy.tools.goconfig import go_parse_duration, parse_go_nsq_options
+from nsqpy.tools.nsq_tail import build_flagset as tail_flags
 from nsqpy.tools.nsq_stat import ChannelStats, format_line
 from nsqpy.tools.nsq_to_file import compile_strftime, host_identifier
 from nsqpy.tools.nsq_to_http import get_url, parse_custom_headers
@@ -59,37 +53,65 @@ def test_go_nsq_options_map_onto_the_client():
     assert parse_go_nsq_options([], "x").connection_options("tool/1").user_agent == "tool/1"
 
 
+# every text below is what upstream v1.3.0's binaries print (go-nsq 1.1.0's ConfigFlag)
 @pytest.mark.parametrize("value, error", [
     ("nope,1", "invalid option nope"),
-    ("max_attempts,-1", "invalid max_attempts ! -1 < 0"),
+    ("max_attempts,-1", 'failed to coerce option max_attempts (-1) - strconv.ParseUint: parsing "-1": invalid syntax'),
     ("max_attempts,70000", "invalid max_attempts ! 70000 > 65535"),
-    ("max_attempts,x", "failed to coerce option max_attempts (x)"),
-    ("read_timeout,50ms", "invalid read_timeout ! 0.05 < 0.1"),
-    ("lookupd_poll_interval,1000", "failed to coerce option lookupd_poll_interval (1000)"),
-    ("backoff_strategy,linear", "failed to coerce option backoff_strategy (linear)"),
-    ("snappy,maybe", "strconv.ParseBool"),
-    ("max_attempts", "failed to coerce option max_attempts (true)"),
+    ("max_attempts,x", 'failed to coerce option max_attempts (x) - strconv.ParseUint: parsing "x": invalid syntax'),
+    ("read_timeout,50ms", "invalid read_timeout ! 50ms < 100ms"),
+    ("read_timeout,x", 'failed to coerce option read_timeout (x) - time: invalid duration "x"'),
+    ("read_timeout,5", 'failed to coerce option read_timeout (5) - time: missing unit in duration "5"'),
+    ("dial_timeout,1x", 'failed to coerce option dial_timeout (1x) - time: unknown unit "x" in duration "1x"'),
+    ("lookupd_poll_jitter,2", "invalid lookupd_poll_jitter ! 2 > 1"),
+    ("lookupd_poll_jitter,x", 'failed to coerce option lookupd_poll_jitter (x) - strconv.ParseFloat: parsing "x": invalid syntax'),
+    ("backoff_strategy,linear", "failed to coerce option backoff_strategy (linear) - invalid value type"),
+    ("snappy,maybe", 'failed to coerce option snappy (maybe) - strconv.ParseBool: parsing "maybe": invalid syntax'),
+    ("max_attempts", "failed to coerce option max_attempts (true) - invalid value type"),
     ("sample_rate,100", "invalid sample_rate ! 100 > 99"),
-    ("tls_min_version,tls9", "is not a tls version"),
-    ("tls_config,x", "tls_config cannot be set"),
+    ("msg_timeout,-1s", "invalid msg_timeout ! -1s < 0s"),
+    ("deflate_level,0", "invalid deflate_level ! 0 < 1"),
+    ("max_in_flight,-1", "invalid max_in_flight ! -1 < 0"),
+    ("tls_min_version,tls9", "ERROR: tls9 is not a tls version"),
+    ("tls_config,x", "tls_config cannot be set from the command line"),  # upstream panics
 ])
 def test_go_nsq_option_errors_read_like_go(value, error):
     with pytest.raises(FlagError) as info:
         parse_go_nsq_options([value], "consumer-opt")
-    assert f'invalid value "{value}" for flag -consumer-opt' in str(info.value)
-    assert error in str(info.value)
+    assert str(info.value) == f'invalid value "{value}" for flag -consumer-opt: {error}'
 
 
-def test_heartbeat_must_stay_below_read_timeout():
-    with pytest.raises(FlagError, match="HeartbeatInterval"):
-        parse_go_nsq_options(["read_timeout,10s"], "consumer-opt")
+def test_bad_options_can_be_ignored_as_nsq_to_file_does():
+    cfg = parse_go_nsq_options(["max_attempts,-1", "nope", "max_attempts,9"], "consumer-opt",
+                               ignore_errors=True)
+    assert cfg.consumer == {"max_attempts": 9}
 
 
-def test_build_go_config_exits_2_on_conflicts(capsys):
-    with pytest.raises(SystemExit) as info:
-        build_go_config("t", "consumer-opt", ["snappy", "deflate"])
-    assert info.value.code == 2
-    assert "snappy and deflate" in capsys.readouterr().err
+def test_validate_is_go_nsq_config_validate():
+    assert parse_go_nsq_options(["read_timeout,10s"], "x").validate() == \
+        "HeartbeatInterval 30s must be less than ReadTimeout 10s"
+    assert parse_go_nsq_options(["heartbeat_interval,90s"], "x").validate() == \
+        "HeartbeatInterval 1m30s must be less than ReadTimeout 1m0s"
+    assert parse_go_nsq_options([], "x").validate(-1) == "invalid MaxInFlight ! -1 < 0"
+    assert parse_go_nsq_options([], "x").validate(0) is None
+
+
+def test_go_durations():
+    assert go_parse_duration("1m30s") == 90.0 and go_parse_duration("-1.5ms") == -0.0015
+    assert go_parse_duration("0") == 0.0
+    for text, why in (("", 'invalid duration ""'), (".s", 'invalid duration ".s"'),
+                      ("10", 'missing unit in duration "10"'), ("3d", 'unknown unit "d" in duration "3d"')):
+        with pytest.raises(ValueError, match=why):
+            go_parse_duration(text)
+
+
+def test_flags_stop_at_the_first_argument_as_gos_do():
+    fs = tail_flags()
+    assert split_go_args(fs, ["--topic", "t", "x", "--n=1"]) == (["--topic", "t"], ["x", "--n=1"])
+    assert split_go_args(fs, ["-print-topic", "y"]) == (["-print-topic"], ["y"])
+    assert split_go_args(fs, ["--n=2", "--", "--topic=t"]) == (["--n=2"], ["--topic=t"])
+    assert split_go_args(fs, ["-", "--topic=t"]) == ([], ["-", "--topic=t"])
+    assert split_go_args(FlagSet("x"), []) == ([], [])
 
 
 def test_tls_options_build_a_context():
@@ -129,16 +151,23 @@ def test_round_robin():
     assert [rr.get() for _ in range(4)] == ["b", "a", "b", "a"]
 
 
-def test_timer_metrics_line(caplog):
-    logger = logging.getLogger("test.timer")
-    metrics = TimerMetrics(100, "[aggregate]:", logger)
+def test_timer_metrics_line():
+    lines: list[str] = []
+    metrics = TimerMetrics(100, "[aggregate]:", lines.append)
     assert metrics.format([i / 1000 for i in range(1, 101)]) == \
         "[aggregate]: finished 100 - 99th: 100.00ms - 95th: 97.00ms - avg: 50.50ms"
-    with caplog.at_level(logging.INFO, logger="test.timer"):
-        for _ in range(100):
-            metrics.status(time.monotonic())
-    assert any("[aggregate]: finished 100" in r.getMessage() for r in caplog.records)
-    TimerMetrics(0, "x", logger).status(0.0)  # disabled: no error, nothing kept
+    for _ in range(100):
+        metrics.status(time.monotonic())
+    assert lines == []  # timer_metrics prints at the first timing past the window
+    metrics.status(time.monotonic())
+    assert len(lines) == 1 and lines[0].startswith("[aggregate]: finished 100 - 99th: ")
+    for _ in range(100):
+        metrics.status(time.monotonic())
+    assert len(lines) == 2
+    TimerMetrics(50, "x", lines.append)
+    assert lines[-1] == ("Warning: use more than 100 status values for accurate percentiles "
+                         "(configured with 50)")
+    TimerMetrics(0, "x", lines.append).status(0.0)  # disabled: no error, nothing kept
 
 
 # --- per-tool helpers ---------------------------------------------------------------------------

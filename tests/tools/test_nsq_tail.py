@@ -90,7 +90,7 @@ def test_through_lookupd_with_consumer_opts(nsqd_factory, lookupd_factory, tools
 
 
 @pytest.mark.timeout(60)
-def test_closed_stdout_stops_quietly(nsqd):
+def test_closed_stdout_ends_by_sigpipe_as_go(nsqd):
     topic = unique_name("pipe")
     create_channel(nsqd.http_address, topic, "c")
     mpub(nsqd.http_address, topic, [b"x" * 1000] * 2000)
@@ -100,7 +100,7 @@ def test_closed_stdout_stops_quietly(nsqd):
     try:
         proc.stdout.readline()
         proc.stdout.close()  # like `nsq_tail ... | head -1`
-        assert proc.wait(30) == 1
+        assert proc.wait(30) == -signal.SIGPIPE  # as upstream's (Go's runtime)
         assert b"Traceback" not in proc.stderr.read()
     finally:
         if proc.poll() is None:

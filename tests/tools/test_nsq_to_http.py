@@ -104,7 +104,7 @@ def test_failure_is_requeued_and_retried(nsqd, tools, sinks, method):
     assert proc.stop(signal.SIGTERM) == 0, proc.stderr()
     assert all(attempts[b] == 2 for b in bodies), attempts
     assert channel_stats(nsqd.http_address, topic, CHANNEL)["requeue_count"] == len(bodies)
-    assert "requeueing" in proc.stderr()
+    assert "Handler returned error (got status code " in proc.stderr()
 
 
 @pytest.mark.timeout(60)

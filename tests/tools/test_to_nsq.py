@@ -90,7 +90,12 @@ def test_unreachable_nsqd_is_fatal():
     result = run_tool("to_nsq", "--topic=t", "--nsqd-tcp-address=127.0.0.1:1",
                       "--producer-opt=dial_timeout,300ms", input=b"x\n", timeout=20)
     assert result.returncode == 1
-    assert "no nsqd reachable" in result.stderr.decode()
+    lines = result.stderr.decode().splitlines()
+    assert [line[20:] for line in lines] == [
+        "INF    1 (127.0.0.1:1) connecting to nsqd",
+        "ERR    1 (127.0.0.1:1) error connecting to nsqd - dial tcp 127.0.0.1:1: connect: connection refused",
+        "dial tcp 127.0.0.1:1: connect: connection refused",
+    ]
 
 
 @pytest.mark.timeout(30)

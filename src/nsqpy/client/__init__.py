@@ -33,6 +33,7 @@ from .errors import (
     NSQError,
     NSQErrorResponse,
 )
+from .hooks import ConsumerHooks
 from .http import http_mpub, http_pub
 from .lookupd import LookupdPoller
 from .message import Message, MessageBatch
@@ -48,6 +49,7 @@ __all__ = [
     "ConnectionOptions",
     "Consumer",
     "ConsumerBackoff",
+    "ConsumerHooks",
     "HTTPPublishError",
     "IdentifyError",
     "LookupdPoller",

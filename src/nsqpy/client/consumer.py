@@ -31,6 +31,7 @@ from .addr import normalize, parse_address
 from .backoff import ConsumerBackoff, ReconnectBackoff, Signal, Step
 from .connection import NSQConnection
 from .errors import ClosedError, NSQErrorResponse
+from .hooks import ConsumerHooks
 from .lookupd import LookupdPoller
 from .message import Message
 from .options import ConnectionOptions
@@ -116,7 +117,10 @@ class Consumer:
         rdy_redistribute_interval: float = 5.0,
         reconnect_interval: float = 1.0,
         max_reconnect_interval: float = 60.0,
+        reconnect_jitter: float = 0.25,
         close_timeout: float = 30.0,
+        hooks: ConsumerHooks | None = None,
+        lookupd_poller: LookupdPoller | None = None,
         options: ConnectionOptions | None = None,
         **option_kwargs: Any,
     ) -> None:
@@ -152,7 +156,11 @@ class Consumer:
         self.rdy_redistribute_interval = rdy_redistribute_interval
         self.reconnect_interval = reconnect_interval
         self.max_reconnect_interval = max_reconnect_interval
+        self.reconnect_jitter = reconnect_jitter
         self.close_timeout = close_timeout
+        #: told of connections, backoff and stopping (see :class:`ConsumerHooks`)
+        self.hooks = hooks or ConsumerHooks()
+        self._lookupd_poller = lookupd_poller
 
         self._rng = random.Random()
         self._budget = RdyBudget(max_in_flight, low_rdy_idle_timeout, low_rdy_timeout, self._rng)
@@ -232,8 +240,14 @@ class Consumer:
         if conn is not None:
             self._retire(conn)
 
-    async def start(self) -> None:
-        """Connect to the given nsqd, start lookupd polling. Unreachable nsqd are retried."""
+    async def start(self, *, fail_fast: bool = False) -> None:
+        """Connect to the given nsqd, start lookupd polling. Unreachable nsqd are retried.
+
+        With ``fail_fast`` the given nsqd are connected one after the other, and the first that
+        cannot be reached (or refuses the SUB) raises its error instead: go-nsq's
+        ``ConnectToNSQDs``, for programs that must not start half-connected. The consumer is
+        then closed; a lost connection after a successful start is still reconnected.
+        """
         if self._started:
             return
         if self._closing:
@@ -245,12 +259,21 @@ class Consumer:
         if self._async_handler:
             self._queue = _WorkQueue(loop)
             self._workers = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
-        results = await asyncio.gather(*(self._connect(a) for a in self.nsqd_tcp_addresses))
-        for addr, ok in zip(self.nsqd_tcp_addresses, results):
-            if not ok:
-                self._schedule_reconnect(addr)
+        if fail_fast:
+            for addr in self.nsqd_tcp_addresses:
+                try:
+                    await self._connect(addr, raise_errors=True)
+                except BaseException:
+                    self.hooks = ConsumerHooks()  # the error is the report: no stop events
+                    await self.close()
+                    raise
+        else:
+            results = await asyncio.gather(*(self._connect(a) for a in self.nsqd_tcp_addresses))
+            for addr, ok in zip(self.nsqd_tcp_addresses, results):
+                if not ok:
+                    self._schedule_reconnect(addr)
         if self.lookupd_http_addresses:
-            self._poller = LookupdPoller(
+            self._poller = self._lookupd_poller or LookupdPoller(
                 self.lookupd_http_addresses, self.topic, timeout=self.lookupd_poll_timeout,
                 auth_secret=self.options.auth_secret,
             )
@@ -270,6 +293,7 @@ class Consumer:
         if not self._started:
             return
         assert self._drained is not None and self._closed is not None
+        self.hooks.stopping()
         if self._backoff_timer is not None:
             self._backoff_timer.cancel()
         for task in list(self._tasks):
@@ -279,6 +303,9 @@ class Consumer:
         closing = [_quiet(c.start_close()) for c in conns]
         if closing:
             await asyncio.wait(closing, timeout=min(5.0, self.close_timeout))
+        # answers given before nsqd took the CLS may have drained us for a moment, and more
+        # messages came after: only from CLOSE_WAIT on does "nothing in flight" stay true
+        self._drained.clear()
         if not self._all_drained():
             try:
                 async with asyncio.timeout(self.close_timeout):
@@ -291,6 +318,7 @@ class Consumer:
         await self._stop_workers()
         if self._poller is not None:
             await self._poller.close()
+        self.hooks.stopped()
         self._closed.set()
 
     async def wait_closed(self) -> None:
@@ -323,13 +351,15 @@ class Consumer:
         for conn, count in sends:
             conn.ready(count)  # type: ignore[attr-defined]
 
-    async def _connect(self, addr: str) -> bool:
-        """Connect and SUB; True when subscribed (or already connected)."""
+    async def _connect(self, addr: str, raise_errors: bool = False) -> bool:
+        """Connect and SUB; True when subscribed (or already connected). A failure is logged
+        and answered False, or raised with ``raise_errors``."""
         if addr in self._conns or addr in self._connecting:
             return True
         if self._closing:
             return False
         self._connecting.add(addr)
+        self.hooks.connecting(addr)
         host, port = parse_address(addr)
         conn = NSQConnection(
             host, port, self.options, on_message=self._on_message, on_close=self._on_conn_close,
@@ -340,8 +370,11 @@ class Consumer:
             async with asyncio.timeout(self.options.connect_timeout):
                 await conn.subscribe(self.topic, self.channel)
         except Exception as err:  # any failure means "retry later", never a dead reconnect task
-            log.warning("consumer %s/%s: cannot subscribe at %s: %s", self.topic, self.channel, addr, err)
             conn.abort()
+            if raise_errors:
+                raise
+            log.warning("consumer %s/%s: cannot subscribe at %s: %s", self.topic, self.channel, addr, err)
+            self.hooks.connect_failed(addr, err)
             return False
         finally:
             self._connecting.discard(addr)
@@ -364,6 +397,7 @@ class Consumer:
             return  # never registered (failed handshake) or retired on purpose
         del self._conns[addr]
         self._apply(self._budget.remove(conn, self._now(), self._backoff.active))
+        self.hooks.connection_closed(addr, reason, self._closing, len(self._conns))
         if self._closing:
             self._check_drained()
             return
@@ -382,10 +416,13 @@ class Consumer:
             self._spawn(self._reconnect(addr))
 
     async def _reconnect(self, addr: str) -> None:
-        backoff = ReconnectBackoff(self.reconnect_interval, self.max_reconnect_interval, rng=self._rng)
+        backoff = ReconnectBackoff(self.reconnect_interval, self.max_reconnect_interval,
+                                   self.reconnect_jitter, rng=self._rng)
         try:
             while not self._closing:
-                await asyncio.sleep(backoff.next_delay())
+                delay = backoff.next_delay()
+                self.hooks.reconnecting(addr, delay)
+                await asyncio.sleep(delay)
                 if addr not in self.nsqd_tcp_addresses or await self._connect(addr):
                     return
         finally:
@@ -459,10 +496,12 @@ class Consumer:
                 "consumer %s/%s: backing off %.2fs (level %d)",
                 self.topic, self.channel, backoff.last_duration, backoff.level,
             )
+            self.hooks.backing_off(backoff.last_duration, backoff.level)
             self._apply(self._budget.all_zero(now))
             self._arm_backoff_timer(backoff.last_duration)
         elif step is Step.RESUME:
             log.info("consumer %s/%s: backoff over", self.topic, self.channel)
+            self.hooks.backoff_exited(self._budget.per_conn())
             self._apply(self._budget.rebalance(self._now()))
 
     def _arm_backoff_timer(self, delay: float) -> None:
@@ -479,8 +518,10 @@ class Consumer:
         if not sends:
             # no connection to probe with, or max_in_flight is 0 (paused): look again in 1 s
             # (go-nsq does the same) rather than stay in backoff with nothing scheduled
+            self.hooks.backoff_probe(None)
             self._arm_backoff_timer(1.0)
             return
+        self.hooks.backoff_probe(sends[0][0].address)  # type: ignore[attr-defined]
         self._backoff.timeout_expired()
         self._apply(sends)
 
@@ -518,6 +559,7 @@ class Consumer:
             return False
         self.stats["given_up"] += 1
         log.warning("consumer %s/%s: giving up on %s", self.topic, self.channel, msg)
+        self.hooks.giving_up(msg)
         if self.on_giving_up is not None:
             try:
                 result = self.on_giving_up(msg)

@@ -1,31 +1,31 @@
-"""What the utilities share: flags, go-nsq options, logging, signals, lookupd/nsqd HTTP queries.
+"""What the utilities share: flags parsed as Go's, the go-nsq consumer set-up, signals,
+host selection, timings, lookupd/nsqd HTTP queries.
 
-The utilities take go-nsq ``Config`` options on the command line (``--consumer-opt=name,value``,
-``--producer-opt``) because upstream's tools are built on go-nsq; :func:`parse_go_nsq_options`
-maps them onto :class:`nsqpy.client.ConnectionOptions` and the :class:`nsqpy.client.Consumer`
-keywords, with go-nsq's value syntax and ranges, so existing command lines keep working.
+Upstream's utilities are Go programs: their flags stop at the first argument that is not one,
+their errors are ``log.Fatal`` lines (:mod:`nsqpy.tools.golog`), their consumers are go-nsq's
+(:mod:`nsqpy.tools.gonsq`, :mod:`nsqpy.tools.goconfig`). This module strings those together the
+way each ``main`` of upstream's does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import signal
-import ssl
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Iterable, NoReturn
+from typing import Any, Callable, Coroutine, NoReturn
 
 import aiohttp
 import orjson
 
 from .. import NSQ_COMPAT_VERSION, __version__
-from ..client import ConnectionOptions
+from ..client import ConnectionOptions, Consumer, Message
 from ..common.daemon import run as run_on_loop
-from ..common.flags import Flag, FlagError, FlagSet, parse_duration
-from ..common.log import make_logger
+from ..common.flags import Flag, FlagError, FlagSet
+from ..protocol.names import is_valid_name
+from . import goerrors, golog, gonsq
+from .goconfig import GoNsqConfig, parse_go_nsq_options
 
 GO_NSQ_ACCEPT = "application/vnd.nsq; version=1.0"
 
@@ -72,44 +72,178 @@ def version_string(program: str) -> str:
     return f"{program} v{NSQ_COMPAT_VERSION}"
 
 
-def parse_flags(fs: FlagSet, argv: list[str]) -> dict[str, Any]:
+def split_go_args(fs: FlagSet, argv: list[str]) -> tuple[list[str], list[str]]:
+    """Go's flag package stops at the first argument that is not a flag (``-`` alone is one
+    such, ``--`` ends the flags and is dropped): (the flags, the rest)."""
+    known = fs.by_name()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return argv[:i], argv[i + 1 :]
+        if not arg.startswith("-") or arg == "-":
+            return argv[:i], argv[i:]
+        name, eq, _ = arg[2:].partition("=") if arg.startswith("--") else arg[1:].partition("=")
+        flag = known.get(name)
+        takes_value = flag is not None and not (flag.kind == "bool" or flag.go_type == "")
+        i += 2 if takes_value and not eq else 1
+    return argv, []
+
+
+def parse_flags(fs: FlagSet, argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Parse like Go's ``flag.ExitOnError``: ``-h`` prints usage and exits 0, a bad flag prints
-    the error and the usage and exits 2, stray positional arguments are refused."""
+    the error and the usage and exits 2. Returns the values and the arguments after the flags
+    (upstream's utilities ignore those, except nsq_to_file)."""
     if fs.usage_name is None:
         fs.usage_name = sys.argv[0]  # Go's flag.CommandLine says "Usage of <os.Args[0]>:"
+    flags, rest = split_go_args(fs, argv)
     try:
-        values, _explicit, positional = fs.parse(argv)
+        values, _explicit, _positional = fs.parse(flags)
     except FlagError as err:
         print(str(err), file=sys.stderr)
         raise SystemExit(err.exit_code) from None
-    if positional:
-        print(f"unknown arguments: {positional}", file=sys.stderr)
-        raise SystemExit(2)
-    return values
+    return values, rest
 
 
-def fatal(program: str, message: str) -> NoReturn:
-    """A start-up error: one line on stderr, exit status 1 (Go's ``log.Fatal``)."""
-    print(f"[{program}] FATAL: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(1)
+def parse_options(fs: FlagSet, argv: list[str] | None) -> Options:
+    """The flags of ``argv`` (default: the command line) as :class:`Options`."""
+    values, _rest = parse_flags(fs, sys.argv[1:] if argv is None else argv)
+    return Options(values)
 
 
-def check_sources(program: str, nsqd: list[str], lookupd: list[str]) -> None:
+fatal = golog.fatal
+
+
+def check_sources(nsqd: list[str], lookupd: list[str], suffix: str = "") -> None:
     """Consumers need nsqd addresses or lookupd addresses, never both (upstream's rule)."""
     if not nsqd and not lookupd:
-        fatal(program, "--nsqd-tcp-address or --lookupd-http-address required")
+        fatal(f"--nsqd-tcp-address or --lookupd-http-address required{suffix}")
     if nsqd and lookupd:
-        fatal(program, "use --nsqd-tcp-address or --lookupd-http-address not both")
+        fatal("use --nsqd-tcp-address or --lookupd-http-address not both")
 
 
-# --- logging --------------------------------------------------------------------------------
+# --- go-nsq consumers ---------------------------------------------------------------------------
 
 
-def setup_logging(program: str, prefix: str | None = None, level: str = "info") -> logging.Logger:
-    """The tool's logger and the client library's, both writing NSQ-shaped lines to stderr."""
-    prefix = f"[{program}] " if prefix is None else prefix
-    make_logger("client", prefix, level)
-    return make_logger(program, prefix, level)
+def go_config(values: list[str], flag_name: str, *, ignore_errors: bool = False) -> GoNsqConfig:
+    """``--consumer-opt``/``--producer-opt`` values (checked while the flags were parsed)."""
+    try:
+        cfg = parse_go_nsq_options(values, flag_name, ignore_errors=ignore_errors)
+    except FlagError as err:  # only reached for values no flag parse has seen
+        print(str(err), file=sys.stderr)
+        raise SystemExit(2) from None
+    if cfg.no_effect:
+        golog.log(f"WARNING: -{flag_name} {', '.join(sorted(set(cfg.no_effect)))} accepted "
+                  "but has no effect in nsqpy")
+    return cfg
+
+
+class StartError(Exception):
+    """go-nsq's ``NewConsumer``/``NewProducer`` or ``ConnectTo*`` failed: the text upstream's
+    tools print."""
+
+
+def connection_options(cfg: GoNsqConfig, program: str) -> tuple[ConnectionOptions, str | None]:
+    """The client's options for go-nsq's config, and the text of nsqd's refusal when go-nsq
+    would send an IDENTIFY that every nsqd refuses (``snappy`` and ``deflate`` both: the
+    client will not build that, so the tools report nsqd's answer without dialling)."""
+    try:
+        return cfg.connection_options(user_agent(program)), None
+    except OSError as err:  # TLS files that became unreadable since the flags were checked
+        raise StartError(str(err)) from None
+    except ValueError:
+        if not (cfg.conn.get("snappy") and cfg.conn.get("deflate")):
+            raise
+    plain = GoNsqConfig(dict(cfg.conn, deflate=False), cfg.consumer, cfg.tls)
+    return plain.connection_options(user_agent(program)), (
+        "failed to IDENTIFY - E_IDENTIFY_FAILED cannot enable both deflate and snappy compression")
+
+
+class GoConsumer:
+    """A :class:`Consumer` made, connected and reporting the way go-nsq's is in upstream's tools.
+
+    Making it is go-nsq's ``NewConsumer`` (config and names checked, StartError with
+    go-nsq's text); :meth:`connect` is ``ConnectToNSQDs`` then ``ConnectToNSQLookupds``: the nsqd
+    one at a time, the first that cannot be reached ends it, while a failing nsqlookupd is only
+    logged. After that start a lost nsqd (given directly) is retried every
+    ``lookupd_poll_interval`` exactly, one found through nsqlookupd when nsqlookupd lists it
+    again, as go-nsq does.
+    """
+
+    def __init__(self, topic: str, channel: str, handler: Callable[[Message], Any],
+                 cfg: GoNsqConfig, program: str, max_in_flight: int, **kwargs: Any) -> None:
+        problem = cfg.validate(max_in_flight)
+        if problem is None and not is_valid_name(topic):
+            problem = "invalid topic name"
+        if problem is None and not is_valid_name(channel):
+            problem = "invalid channel name"
+        if problem is not None:
+            raise StartError(problem)
+        self.topic = topic
+        self.channel = channel
+        self.handler = handler
+        self.cfg = cfg
+        self.options, self.refusal = connection_options(cfg, program)
+        self.kwargs = {**cfg.consumer, "max_in_flight": max_in_flight, **kwargs}
+        self.log = gonsq.ConsumerLog(topic, channel)
+        self.consumer: Consumer | None = None
+
+    async def connect(self, nsqd: list[str], lookupd: list[str]) -> None:
+        reachable: list[str] = []
+        refused: tuple[str | None, goerrors.GoError] | None = None
+        for address in nsqd:
+            if address in reachable:  # go-nsq refuses it before dialling
+                refused = (None, goerrors.GoError("already connected"))
+                break
+            try:
+                goerrors.check_dial_address(address)
+            except goerrors.GoError as err:
+                refused = (address, err)
+                break
+            if self.refusal is not None:  # what nsqd answers such an IDENTIFY
+                refused = (address, goerrors.GoError(self.refusal))
+                break
+            reachable.append(address)
+        if self.refusal is not None and lookupd:
+            raise StartError(self.refusal)
+        if reachable or lookupd:
+            self.log.lookupd = bool(lookupd)
+            poll = self.cfg.lookupd_poll_interval
+            poller = None
+            if lookupd:
+                poller = gonsq.GoLookupdPoller(
+                    lookupd, self.topic, self.log, auth_secret=self.options.auth_secret,
+                    timeout=self.kwargs.get("lookupd_poll_timeout", 60.0))
+            self.consumer = Consumer(
+                self.topic, self.channel, self.handler, nsqd_tcp_addresses=reachable,
+                lookupd_http_addresses=lookupd, hooks=self.log, lookupd_poller=poller,
+                options=self.options, reconnect_interval=poll, max_reconnect_interval=poll,
+                reconnect_jitter=0.0, **self.kwargs)
+            try:
+                await self.consumer.start(fail_fast=True)
+            except Exception as err:
+                raise StartError(goerrors.dial_error_text(err, self.log.last_address)) from None
+        if refused is not None:
+            if refused[0] is not None:
+                self.log.connecting(refused[0])
+            raise StartError(str(refused[1]))
+
+    def is_starved(self) -> bool:
+        return self.consumer is not None and self.consumer.is_starved()
+
+    async def close(self) -> None:
+        """go-nsq's ``Stop`` and wait for ``StopChan``."""
+        if self.consumer is not None:
+            await self.consumer.close()
+        else:
+            self.log.stopping()
+            self.log.stopped()
+
+    async def abandon(self) -> None:
+        """Close without a word (a consumer whose start failed half-way)."""
+        if self.consumer is not None:
+            self.consumer.hooks = gonsq.ConsumerHooks()
+            await self.consumer.close()
 
 
 # --- running --------------------------------------------------------------------------------
@@ -132,207 +266,6 @@ def on_signals(handler: Callable[[int], None], *signals: int) -> None:
 
 
 TERM_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-# --- go-nsq options (--consumer-opt / --producer-opt) ---------------------------------------
-
-
-@dataclass(frozen=True)
-class _GoOpt:
-    kind: str  # duration float int bool str strategy addr tls-file tls-version
-    target: str  # "conn.<field>", "consumer.<kwarg>", "tls.<key>", "" (accepted, no effect)
-    low: float | None = None
-    high: float | None = None
-
-
-_D = "duration"
-_GO_OPTIONS: dict[str, _GoOpt] = {
-    "dial_timeout": _GoOpt(_D, "conn.connect_timeout"),
-    "read_timeout": _GoOpt(_D, "conn.read_timeout", 0.1, 300),
-    "write_timeout": _GoOpt(_D, "", 0.1, 300),
-    "local_addr": _GoOpt("addr", ""),
-    "lookupd_poll_interval": _GoOpt(_D, "consumer.lookupd_poll_interval", 0.01, 300),
-    "lookupd_poll_jitter": _GoOpt("float", "consumer.lookupd_poll_jitter", 0, 1),
-    "lookupd_poll_timeout": _GoOpt(_D, "consumer.lookupd_poll_timeout"),
-    "max_requeue_delay": _GoOpt(_D, "conn.max_requeue_delay", 0, 3600),
-    "default_requeue_delay": _GoOpt(_D, "conn.default_requeue_delay", 0, 3600),
-    "backoff_strategy": _GoOpt("strategy", "consumer.backoff_strategy"),
-    "max_backoff_duration": _GoOpt(_D, "consumer.max_backoff_duration", 0, 3600),
-    "backoff_multiplier": _GoOpt(_D, "consumer.backoff_multiplier", 0, 3600),
-    "max_attempts": _GoOpt("int", "consumer.max_attempts", 0, 65535),
-    "low_rdy_idle_timeout": _GoOpt(_D, "consumer.low_rdy_idle_timeout", 1, 300),
-    "low_rdy_timeout": _GoOpt(_D, "consumer.low_rdy_timeout", 1, 300),
-    "rdy_redistribute_interval": _GoOpt(_D, "consumer.rdy_redistribute_interval", 0.001, 5),
-    "client_id": _GoOpt("str", "conn.client_id"),
-    "hostname": _GoOpt("str", "conn.hostname"),
-    "user_agent": _GoOpt("str", "conn.user_agent"),
-    "topology_region": _GoOpt("str", ""),
-    "topology_zone": _GoOpt("str", ""),
-    "heartbeat_interval": _GoOpt(_D, "conn.heartbeat_interval"),
-    "sample_rate": _GoOpt("int", "conn.sample_rate", 0, 99),
-    "tls_v1": _GoOpt("bool", "tls.enabled"),
-    "tls_root_ca_file": _GoOpt("str", "tls.cafile"),
-    "tls_insecure_skip_verify": _GoOpt("bool", "tls.insecure"),
-    "tls_cert": _GoOpt("str", "tls.cert"),
-    "tls_key": _GoOpt("str", "tls.key"),
-    "tls_min_version": _GoOpt("tls-version", "tls.min_version"),
-    "deflate": _GoOpt("bool", "conn.deflate"),
-    "deflate_level": _GoOpt("int", "conn.deflate_level", 1, 9),
-    "snappy": _GoOpt("bool", "conn.snappy"),
-    "output_buffer_size": _GoOpt("int", "conn.output_buffer_size"),
-    "output_buffer_timeout": _GoOpt(_D, "conn.output_buffer_timeout"),
-    "max_in_flight": _GoOpt("int", "consumer.max_in_flight", 0, None),
-    "msg_timeout": _GoOpt(_D, "conn.msg_timeout", 0, None),
-    "max_msg_size": _GoOpt("int", "conn.max_frame_size", 0, 2**31 - 1),
-    "auth_secret": _GoOpt("str", "conn.auth_secret"),
-    "skip_lookupd_authorization": _GoOpt("bool", ""),
-}
-
-_TLS_VERSIONS = {
-    "ssl3.0": ssl.TLSVersion.SSLv3, "tls1.0": ssl.TLSVersion.TLSv1,
-    "tls1.1": ssl.TLSVersion.TLSv1_1, "tls1.2": ssl.TLSVersion.TLSv1_2,
-}
-
-
-def _go_bool(text: str) -> bool:
-    """Go's ``strconv.ParseBool``."""
-    if text in ("1", "t", "T", "TRUE", "true", "True"):
-        return True
-    if text in ("0", "f", "F", "FALSE", "false", "False"):
-        return False
-    raise ValueError(f'strconv.ParseBool: parsing "{text}": invalid syntax')
-
-
-def _go_number_text(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _coerce(name: str, opt: _GoOpt, raw: str | bool) -> Any:
-    if opt.kind == "bool":
-        return raw if isinstance(raw, bool) else _go_bool(raw)
-    if isinstance(raw, bool):  # a bare option is "true": only booleans take it
-        raise ValueError(f"failed to coerce option {name} (true) - invalid value type")
-    try:
-        if opt.kind == _D:
-            value: Any = parse_duration(raw)
-        elif opt.kind == "float":
-            value = float(raw)
-        elif opt.kind == "int":
-            value = int(raw, 10)
-        elif opt.kind == "strategy":
-            if raw not in ("", "exponential", "full_jitter"):
-                raise ValueError("invalid value type")
-            value = raw or "exponential"
-        elif opt.kind == "tls-version":
-            if raw not in _TLS_VERSIONS:
-                raise ValueError(f"ERROR: {raw} is not a tls version")
-            value = raw
-        else:
-            value = raw
-    except ValueError as err:
-        raise ValueError(f"failed to coerce option {name} ({raw}) - {err}") from None
-    if isinstance(value, (int, float)):
-        if opt.low is not None and value < opt.low:
-            raise ValueError(f"invalid {name} ! {_go_number_text(value)} < {_go_number_text(opt.low)}")
-        if opt.high is not None and value > opt.high:
-            raise ValueError(f"invalid {name} ! {_go_number_text(value)} > {_go_number_text(opt.high)}")
-    return value
-
-
-@dataclass
-class GoNsqConfig:
-    """go-nsq options resolved for nsqpy: connection settings, consumer keywords, TLS."""
-
-    conn: dict[str, Any] = field(default_factory=dict)
-    consumer: dict[str, Any] = field(default_factory=dict)
-    tls: dict[str, Any] = field(default_factory=dict)
-    #: options accepted for compatibility that change nothing here (logged at start)
-    no_effect: list[str] = field(default_factory=list)
-
-    def connection_options(self, default_user_agent: str) -> ConnectionOptions:
-        kwargs = dict(self.conn)
-        kwargs.setdefault("user_agent", default_user_agent)
-        context = self.ssl_context()
-        if context is not None:
-            kwargs["tls"] = context
-        return ConnectionOptions(**kwargs)
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if not self.tls.get("enabled"):
-            return None
-        context = ssl.create_default_context(cafile=self.tls.get("cafile") or None)
-        if self.tls.get("insecure"):
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if self.tls.get("cert") and self.tls.get("key"):
-            context.load_cert_chain(self.tls["cert"], self.tls["key"])
-        version = self.tls.get("min_version")
-        if version:
-            context.minimum_version = _TLS_VERSIONS[version]
-        return context
-
-
-def parse_go_nsq_options(values: Iterable[str], flag_name: str,
-                         base: GoNsqConfig | None = None) -> GoNsqConfig:
-    """``["max_attempts,10", "snappy"]`` → a :class:`GoNsqConfig` (go-nsq's ``ConfigFlag``).
-
-    Each value is ``name,value`` (split at the first comma) or a bare ``name`` meaning true;
-    ``-`` in names reads as ``_``. Errors are FlagErrors worded like Go's flag package.
-    """
-    cfg = base or GoNsqConfig()
-    for text in values:
-        name, comma, raw_value = text.partition(",")
-        raw: str | bool = raw_value if comma else True
-        key = name.replace("-", "_")
-        try:
-            opt = _GO_OPTIONS.get(key)
-            if opt is None:
-                if key == "tls_config":
-                    raise ValueError("tls_config cannot be set from the command line")
-                raise ValueError(f"invalid option {key}")
-            value = _coerce(key, opt, raw)
-        except ValueError as err:
-            raise FlagError(f'invalid value "{text}" for flag -{flag_name}: {err}') from None
-        where, _, attr = opt.target.partition(".")
-        if not where:
-            cfg.no_effect.append(key)
-            continue
-        if where == "tls":
-            cfg.tls[attr] = value
-            continue
-        if attr in ("heartbeat_interval", "output_buffer_timeout") and value < 0:
-            value = None  # go-nsq: -1 disables
-        elif attr == "output_buffer_size" and value < 0:
-            value = None
-        elif attr == "msg_timeout" and value == 0:
-            value = None  # 0 = nsqd's --msg-timeout
-        elif attr == "max_frame_size" and value:
-            value += 30  # frame size field = 4 (type) + 26 (message header) + body
-        (cfg.conn if where == "conn" else cfg.consumer)[attr] = value
-    heartbeat = cfg.conn.get("heartbeat_interval", 30.0)
-    read_timeout = cfg.conn.get("read_timeout")
-    if heartbeat is not None and read_timeout is not None and heartbeat > read_timeout:
-        raise FlagError(f"invalid -{flag_name}: HeartbeatInterval {heartbeat}s must be less "
-                        f"than ReadTimeout {read_timeout}s")
-    return cfg
-
-
-def build_go_config(program: str, flag_name: str, values: list[str],
-                    logger: logging.Logger | None = None) -> tuple[GoNsqConfig, ConnectionOptions]:
-    """Parse ``--consumer-opt``/``--producer-opt`` values; a bad one is fatal (exit 2)."""
-    try:
-        cfg = parse_go_nsq_options(values, flag_name)
-        options = cfg.connection_options(user_agent(program))
-    except FlagError as err:
-        print(str(err), file=sys.stderr)
-        raise SystemExit(2) from None
-    except (ValueError, OSError, ssl.SSLError) as err:
-        print(f"invalid -{flag_name}: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if logger is not None and cfg.no_effect:
-        logger.warning("-%s %s accepted but has no effect in nsqpy", flag_name,
-                       ", ".join(sorted(set(cfg.no_effect))))
-    return cfg, options
 
 
 # --- choosing among destinations (--mode) ----------------------------------------------------
@@ -405,22 +338,33 @@ class TimerMetrics:
     ``<prefix> finished 250 - 99th: 3.10ms - 95th: 2.05ms - avg: 1.20ms``; 0 disables.
     """
 
-    def __init__(self, status_every: int, prefix: str, logger: logging.Logger) -> None:
+    def __init__(self, status_every: int, prefix: str,
+                 log: Callable[[str], None] = golog.log) -> None:
         self.status_every = status_every
         self.prefix = prefix
-        self.logger = logger
+        self.log = log
         self._timings: list[float] = []
+        self._position = 0
         if 0 < status_every < 100:
-            logger.warning("use more than 100 status values for accurate percentiles "
-                           "(configured with %d)", status_every)
+            log("Warning: use more than 100 status values for accurate percentiles "
+                f"(configured with {status_every})")
 
     def status(self, started: float) -> None:
+        """Record one timing; the line comes at the first timing past each ``status_every``
+        (a rolling window of the last ``status_every``), as timer_metrics prints it."""
         if self.status_every <= 0:
             return
-        self._timings.append(time.monotonic() - started)
-        if len(self._timings) >= self.status_every:
-            timings, self._timings = sorted(self._timings), []
-            self.logger.info("%s", self.format(timings))
+        self._position += 1
+        looped = self._position > self.status_every
+        if looped:
+            self._position = 1
+        elapsed = time.monotonic() - started
+        if self._position > len(self._timings):
+            self._timings.append(elapsed)
+        else:
+            self._timings[self._position - 1] = elapsed
+        if looped:
+            self.log(self.format(sorted(self._timings)))
 
     def format(self, timings: list[float]) -> str:
         def pct(p: float) -> float:
@@ -432,11 +376,20 @@ class TimerMetrics:
                 f"95th: {pct(95) * 1000:.2f}ms - avg: {avg * 1000:.2f}ms")
 
 
-# --- HTTP queries to nsqlookupd / nsqd --------------------------------------------------------
+# --- HTTP queries to nsqlookupd / nsqd (upstream's clusterinfo) ------------------------------
 
 
 class HTTPQueryError(Exception):
-    pass
+    """A failed query, worded as upstream's ``http_api``/``clusterinfo`` errors."""
+
+
+class PartialQueryError(HTTPQueryError):
+    """Some nodes answered, some did not (upstream's ``ErrList``, one error per line); the
+    answers that came are in ``answers``."""
+
+    def __init__(self, errors: list[HTTPQueryError], answers: list[Any]) -> None:
+        super().__init__("\n".join(str(e) for e in errors))
+        self.answers = answers
 
 
 def http_base(address: str) -> str:
@@ -453,41 +406,55 @@ def http_session(connect_timeout: float, request_timeout: float) -> aiohttp.Clie
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
-    """GET a v1 API endpoint; anything but 200 with JSON is an HTTPQueryError."""
+    """GET a v1 API endpoint (``http_api.GETV1``); anything but 200 with JSON is an
+    HTTPQueryError with Go's text."""
     try:
         async with session.get(url) as resp:
             body = await resp.read()
             if resp.status != 200:
-                raise HTTPQueryError(f"GET {url} got response {resp.status} {body[:200]!r}")
-            return orjson.loads(body)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, orjson.JSONDecodeError) as err:
-        raise HTTPQueryError(f"GET {url} failed: {err or type(err).__name__}") from None
+                raise HTTPQueryError(goerrors.response_error_text(resp.status, resp.reason or "", body))
+    except HTTPQueryError:
+        raise
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+        raise HTTPQueryError(goerrors.http_error_text("GET", url, err)) from None
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise HTTPQueryError(str(err)) from None
 
 
-async def query_all(session: aiohttp.ClientSession, urls: list[str],
-                    logger: logging.Logger | None = None) -> list[Any]:
-    """GET every URL concurrently; the answers that came. All failing raises HTTPQueryError."""
+def unwrap_v1(data: Any) -> Any:
+    """An answer in nsqd/nsqlookupd's pre-1.0 envelope ``{status_code, data}`` unwrapped."""
+    if isinstance(data, dict) and "status_code" in data and "data" in data:
+        return data["data"]  # pre-1.0 envelope
+    return data
+
+
+async def query_all(session: aiohttp.ClientSession, urls: list[str], what: str) -> list[Any]:
+    """GET every URL concurrently (clusterinfo's fan-out): the answers when all came;
+    ``failed to query any <what>: ...`` when none did; PartialQueryError in between."""
     results = await asyncio.gather(*(get_json(session, u) for u in urls), return_exceptions=True)
     answers = [r for r in results if not isinstance(r, BaseException)]
     errors = [r for r in results if isinstance(r, BaseException)]
     for err in errors:
         if not isinstance(err, HTTPQueryError):
             raise err
-    if urls and not answers:
-        raise HTTPQueryError("; ".join(str(e) for e in errors))
-    if errors and logger is not None:
-        for err in errors:
-            logger.warning("%s", err)
-    return answers
+    if len(errors) == len(urls):
+        joined = "\n".join(str(e) for e in errors)
+        raise HTTPQueryError(f"failed to query any {what}: {joined}")
+    if errors:
+        raise PartialQueryError(errors, [unwrap_v1(a) for a in answers])  # type: ignore[arg-type]
+    return [unwrap_v1(a) for a in answers]
 
 
-async def lookupd_topics(session: aiohttp.ClientSession, lookupd_addresses: list[str],
-                         logger: logging.Logger | None = None) -> list[str]:
-    """The sorted union of ``/topics`` from every nsqlookupd."""
-    answers = await query_all(session, [http_base(a) + "/topics" for a in lookupd_addresses], logger)
+def topics_of(answers: list[Any]) -> list[str]:
     topics: set[str] = set()
     for data in answers:
-        if isinstance(data, dict) and "status_code" in data and isinstance(data.get("data"), dict):
-            data = data["data"]  # pre-1.0 envelope
         topics.update(t for t in (data or {}).get("topics") or () if isinstance(t, str))
     return sorted(topics)
+
+
+async def lookupd_topics(session: aiohttp.ClientSession, lookupd_addresses: list[str]) -> list[str]:
+    """The sorted union of ``/topics`` from every nsqlookupd (``GetLookupdTopics``)."""
+    urls = [http_base(a) + "/topics" for a in lookupd_addresses]
+    return topics_of(await query_all(session, urls, "nsqlookupd"))

@@ -9,14 +9,16 @@ lines. Output columns and widths are upstream's::
     ------rate------+----------------depth----------------+--------------metadata---------------
     ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients
 
-Unlike upstream, a lookupd or nsqd that fails while others answer is only logged (upstream
-exits); all of them failing is fatal, as is a channel that none of them has.
+Failures are upstream's: any nsqlookupd or nsqd that does not answer (even while others do)
+ends the program with ``ERROR: failed to get topic producers - ...`` or ``ERROR: failed to get
+nsqd stats - ...`` and exit 1, as does a channel that none of them has; the error texts are Go's
+(``failed to query any nsqd: Get "http://...": dial tcp ...: connect: connection refused``).
+A closed stdout (``nsq_stat ... | head``) ends it by SIGPIPE, as Go's runtime does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -25,8 +27,9 @@ from urllib.parse import quote_plus
 
 from ..client.addr import format_address
 from ..common.flags import Flag, FlagSet
-from . import common
+from . import common, golog
 from .common import fatal, repeated
+from .goconfig import go_parse_int
 
 PROGRAM = "nsq_stat"
 
@@ -47,10 +50,8 @@ def header(cur: "ChannelStats") -> str:
 
 
 def _count(raw: str) -> int:
-    value = int(raw, 10)
-    if not -(2**31) <= value < 2**31:
-        raise ValueError("value out of range")
-    return value
+    """upstream's ``numValue``: ``strconv.ParseInt(s, 10, 32)``, with its error texts."""
+    return go_parse_int(raw, bits=32)
 
 
 def build_flagset() -> FlagSet:
@@ -119,27 +120,24 @@ def format_line(cur: ChannelStats, prev: ChannelStats, interval: float) -> str:
     return line
 
 
-def _unwrap(data: Any) -> Any:
-    if isinstance(data, dict) and "status_code" in data and "data" in data:
-        return data["data"]  # pre-1.0 envelope
-    return data
-
-
 class Poller:
-    def __init__(self, o: Any, session: Any, logger: Any) -> None:
+    """upstream's clusterinfo, as nsq_stat uses it: the nsqd that have the topic, then their
+    channel stats. Every failure is an HTTPQueryError (partial ones too)."""
+
+    def __init__(self, o: Any, session: Any) -> None:
         self.o = o
         self.session = session
-        self.logger = logger
         self.topic_q = quote_plus(o.topic)
 
     async def producers(self) -> list[str]:
-        """HTTP addresses of the nsqd that have the topic."""
+        """HTTP addresses of the nsqd that have the topic (``GetLookupdTopicProducers`` /
+        ``GetNSQDTopicProducers``: an nsqd's own /info names the address to use)."""
         o = self.o
+        found: list[str] = []
         if o.lookupd_http_address:
             urls = [f"{common.http_base(a)}/lookup?topic={self.topic_q}" for a in o.lookupd_http_address]
-            found: list[str] = []
-            for answer in await common.query_all(self.session, urls, self.logger):
-                for p in (_unwrap(answer) or {}).get("producers") or ():
+            for answer in await common.query_all(self.session, urls, "nsqlookupd"):
+                for p in (answer or {}).get("producers") or ():
                     host = p.get("broadcast_address") or p.get("address")
                     port = p.get("http_port")
                     if host and isinstance(port, int):
@@ -147,34 +145,44 @@ class Poller:
                         if addr not in found:
                             found.append(addr)
             return found
-        urls = [f"{common.http_base(a)}/stats?format=json&topic={self.topic_q}&include_clients=false"
-                for a in o.nsqd_http_address]
-        results = await asyncio.gather(*(common.get_json(self.session, u) for u in urls),
+        results = await asyncio.gather(*(self._nsqd_with_topic(a) for a in o.nsqd_http_address),
                                        return_exceptions=True)
-        found = []
         errors = []
-        for addr, result in zip(o.nsqd_http_address, results):
+        for result in results:
             if isinstance(result, common.HTTPQueryError):
                 errors.append(result)
-                continue
-            if isinstance(result, BaseException):
+            elif isinstance(result, BaseException):
                 raise result
-            names = [t.get("topic_name") for t in (_unwrap(result) or {}).get("topics") or ()]
-            if o.topic in names:
-                found.append(addr)
-        if errors and len(errors) == len(urls):
-            raise common.HTTPQueryError("; ".join(str(e) for e in errors))
-        for err in errors:
-            self.logger.warning("%s", err)
+            elif result is not None:
+                found.append(result)
+        if errors and len(errors) == len(results):
+            joined = "\n".join(str(e) for e in errors)
+            raise common.HTTPQueryError(f"failed to query any nsqd: {joined}")
+        if errors:
+            raise common.PartialQueryError(errors, found)
         return found
 
+    async def _nsqd_with_topic(self, addr: str) -> str | None:
+        base = common.http_base(addr)
+        stats = common.unwrap_v1(await common.get_json(
+            self.session, f"{base}/stats?format=json&topic={self.topic_q}&include_clients=false"))
+        names = [t.get("topic_name") for t in (stats or {}).get("topics") or ()]
+        if self.o.topic not in names:
+            return None
+        info = common.unwrap_v1(await common.get_json(self.session, f"{base}/info")) or {}
+        host, port = info.get("broadcast_address"), info.get("http_port")
+        if not host or not isinstance(port, int):
+            return addr  # an nsqd too old to say: the address we were given
+        return format_address(host, port)
+
     async def channel_stats(self, producers: list[str]) -> ChannelStats | None:
+        """The channel summed over ``producers`` (``GetNSQDStats``); None if none has it."""
         o = self.o
-        urls = [f"{common.http_base(a)}/stats?format=json&topic={self.topic_q}"
+        urls = [f"http://{a}/stats?format=json&topic={self.topic_q}"
                 f"&channel={quote_plus(o.channel)}&include_clients=false" for a in producers]
         stats: ChannelStats | None = None
-        for answer in await common.query_all(self.session, urls, self.logger):
-            for topic in (_unwrap(answer) or {}).get("topics") or ():
+        for answer in await common.query_all(self.session, urls, "nsqd"):
+            for topic in (answer or {}).get("topics") or ():
                 if topic.get("topic_name") != o.topic:
                     continue
                 for ch in topic.get("channels") or ():
@@ -184,32 +192,36 @@ class Poller:
         return stats
 
 
-async def stat_loop(o: Any, logger: Any) -> int:
+def _write(out: Any, text: str) -> None:
+    try:
+        print(text, file=out, flush=True)
+    except BrokenPipeError:
+        golog.die_of_sigpipe()
+
+
+async def stat_loop(o: Any) -> int:
     out = sys.stdout
     async with common.http_session(o.http_client_connect_timeout,
                                    o.http_client_request_timeout) as session:
-        poller = Poller(o, session, logger)
+        poller = Poller(o, session)
         prev: ChannelStats | None = None
         i = 0
         while o.count is None or i <= o.count:
             try:
                 producers = await poller.producers()
             except common.HTTPQueryError as err:
-                fatal(PROGRAM, f"ERROR: failed to get topic producers - {err}")
-            if not producers:
-                fatal(PROGRAM, f"ERROR: failed to get topic producers - no nsqd has topic {o.topic}")
+                fatal(f"ERROR: failed to get topic producers - {err}")
             try:
                 cur = await poller.channel_stats(producers)
             except common.HTTPQueryError as err:
-                fatal(PROGRAM, f"ERROR: failed to get nsqd stats - {err}")
+                fatal(f"ERROR: failed to get nsqd stats - {err}")
             if cur is None:
-                fatal(PROGRAM, f"ERROR: failed to find channel({o.channel}) in stats metadata "
-                               f"for topic({o.topic})")
+                fatal(f"ERROR: failed to find channel({o.channel}) in stats metadata "
+                      f"for topic({o.topic})")
             if i % 25 == 0:
-                print(header(cur), file=out)
+                _write(out, header(cur))
             if prev is not None:
-                print(format_line(cur, prev, o.interval), file=out)
-            out.flush()
+                _write(out, format_line(cur, prev, o.interval))
             prev = cur
             i += 1
             if o.count is not None and i > o.count:
@@ -218,7 +230,7 @@ async def stat_loop(o: Any, logger: Any) -> int:
     return 0
 
 
-async def _main(o: Any, logger: Any) -> int:
+async def _main(o: Any) -> int:
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     assert main_task is not None
@@ -232,43 +244,37 @@ async def _main(o: Any, logger: Any) -> int:
     for sig in (signal.SIGHUP, *common.TERM_SIGNALS):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        return await stat_loop(o, logger)
+        return await stat_loop(o)
     except asyncio.CancelledError:
         if stopped:
             return 0
         raise
-    except BrokenPipeError:
-        # stdout went away (`nsq_stat ... | head`): stop quietly, no flush error at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 1
 
 
 def main(argv: list[str] | None = None) -> None:
-    o = common.Options(common.parse_flags(build_flagset(), sys.argv[1:] if argv is None else argv))
+    o = common.parse_options(build_flagset(), argv)
     if o.version:
         print(common.version_string(PROGRAM))
         return
     if o.topic == "" or o.channel == "":
-        fatal(PROGRAM, "--topic and --channel are required")
+        fatal("--topic and --channel are required")
     if o.interval <= 0:
-        fatal(PROGRAM, "--interval should be positive")
+        fatal("--interval should be positive")
     if o.http_client_connect_timeout <= 0:
-        fatal(PROGRAM, "--http-client-connect-timeout should be positive")
+        fatal("--http-client-connect-timeout should be positive")
     if o.http_client_request_timeout <= 0:
-        fatal(PROGRAM, "--http-client-request-timeout should be positive")
+        fatal("--http-client-request-timeout should be positive")
     if o.count is not None and o.count <= 0:
-        fatal(PROGRAM, "--count should be positive")
+        fatal("--count should be positive")
     if not o.nsqd_http_address and not o.lookupd_http_address:
-        fatal(PROGRAM, "--nsqd-http-address or --lookupd-http-address required")
+        fatal("--nsqd-http-address or --lookupd-http-address required")
     if o.nsqd_http_address and o.lookupd_http_address:
-        fatal(PROGRAM, "use --nsqd-http-address or --lookupd-http-address not both")
+        fatal("use --nsqd-http-address or --lookupd-http-address not both")
     for flag, addrs in (("--nsqd-http-address", o.nsqd_http_address),
                         ("--lookupd-http-address", o.lookupd_http_address)):
         if any(a.startswith("http") for a in addrs):
-            fatal(PROGRAM, f"{flag} error - address should not contain scheme")
-    logger = common.setup_logging(PROGRAM)
-    common.run(lambda: _main(o, logger))
+            fatal(f"{flag} error - address should not contain scheme")
+    common.run(lambda: _main(o))
 
 
 if __name__ == "__main__":

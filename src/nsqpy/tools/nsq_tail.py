@@ -1,26 +1,31 @@
 """``nsq_tail``: print the messages of one or more topics to stdout, ``body\\n`` each.
 
 The default channel is a random ephemeral one (``tail123456#ephemeral``), so tailing never
-leaves a backlog behind. ``--n N`` exits after N messages: N counts lines printed over all
+leaves a backlog behind. ``--n N`` (N > 0) exits after N messages: N counts lines printed over all
 topics (upstream counts per topic, so with several topics it may print up to N per topic
 before one of them reaches N); the Nth is FINished before exiting and anything delivered after
-it is handed back (REQ) unprinted. ``--max-in-flight`` is lowered to N so nsqd does not send
-much more than needed. SIGINT/SIGTERM stop cleanly (exit 0).
+it is handed back (REQ) unprinted, where upstream exits leaving them in flight until their
+timeout. ``--max-in-flight`` is lowered to N so nsqd does not send much more than needed.
+SIGINT/SIGTERM stop cleanly (exit 0). When stdout goes away (``nsq_tail ... | head``) the
+messages in flight are handed back, then the process ends by SIGPIPE as Go's does.
+
+Start-up and failures are upstream's: ``--topic required``-style lines and exit 1, each
+consumer connected in turn (an nsqd that cannot be reached at start is fatal), go-nsq's lines
+on stderr (:mod:`nsqpy.tools.gonsq`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import sys
 from typing import Any, Callable
 
-from ..client import Consumer, Message
+from ..client import Message
 from ..common.flags import Flag, FlagSet
-from ..protocol.names import is_valid_name
-from . import common
+from . import common, golog, gonsq
 from .common import fatal, repeated
+from .goconfig import GoNsqConfig, go_nsq_flag
 
 PROGRAM = "nsq_tail"
 
@@ -36,8 +41,8 @@ def build_flagset() -> FlagSet:
         repeated("nsqd-tcp-address", "nsqd TCP address (may be given multiple times)"),
         repeated("lookupd-http-address", "lookupd HTTP address (may be given multiple times)"),
         repeated("topic", "NSQ topic (may be given multiple times)"),
-        repeated("consumer-opt", "option to passthrough to nsq.Consumer (may be given multiple "
-                 "times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+        go_nsq_flag("consumer-opt", "option to passthrough to nsq.Consumer (may be given "
+                    "multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
     )
     return fs
 
@@ -56,6 +61,7 @@ class Tail:
         self.done = done
         self.shown = 0
         self.broken = False
+        self.reached = False  # --n messages shown
         self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
 
@@ -77,6 +83,7 @@ class Tail:
                 self._flush_scheduled = True
                 self._loop.call_soon(self._flush)
             if self.total and self.shown >= self.total:
+                self.reached = True
                 self.done.set()
             # returning FINishes the message
 
@@ -95,53 +102,49 @@ class Tail:
             self.done.set()
 
 
-async def _main(o: Any, options: Any, go_cfg: common.GoNsqConfig, logger: Any) -> int:
+async def _main(o: Any, cfg: GoNsqConfig) -> int:
     done = asyncio.Event()
-    tail = Tail(o.n, o.print_topic, sys.stdout.buffer, done)
+    tail = Tail(max(o.n, 0), o.print_topic, sys.stdout.buffer, done)
     common.on_signals(lambda _s: done.set(), *common.TERM_SIGNALS)
-    consumer_kwargs = dict(go_cfg.consumer)
-    consumer_kwargs["max_in_flight"] = o.max_in_flight
-    consumers = []
+    consumers: list[common.GoConsumer] = []
     for topic in o.topic:
-        logger.info("Adding consumer for topic: %s", topic)
-        consumer = Consumer(topic, o.channel, tail.handler(topic),
-                            nsqd_tcp_addresses=o.nsqd_tcp_address,
-                            lookupd_http_addresses=o.lookupd_http_address,
-                            options=options, **consumer_kwargs)
-        consumers.append(consumer)
-    for consumer in consumers:
-        await consumer.start()
+        golog.log(f"Adding consumer for topic: {topic}")
+        try:
+            consumer = common.GoConsumer(topic, o.channel, tail.handler(topic), cfg, PROGRAM,
+                                         o.max_in_flight)
+            consumers.append(consumer)
+            await consumer.connect(o.nsqd_tcp_address, o.lookupd_http_address)
+        except common.StartError as err:
+            fatal(str(err))
     await done.wait()
-    await asyncio.gather(*(c.close() for c in consumers))
+    if tail.broken or tail.reached:
+        # upstream exits on the spot here, saying nothing more: hand back what is in flight
+        # quietly, then go the same way
+        await asyncio.gather(*(c.abandon() for c in consumers))
+    else:
+        for consumer in consumers:
+            await consumer.close()
     tail._flush()
     if tail.broken:
-        # stdout went away (e.g. `| head`): nothing left to say, and no flush error at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 1
+        golog.die_of_sigpipe()
     return 0
 
 
 def main(argv: list[str] | None = None) -> None:
-    o = common.Options(common.parse_flags(build_flagset(), sys.argv[1:] if argv is None else argv))
+    gonsq.disable_client_logging()
+    o = common.parse_options(build_flagset(), argv)
     if o.version:
         print(common.version_string(PROGRAM))
         return
     if o.channel == "":
         o.channel = random_channel()
-    common.check_sources(PROGRAM, o.nsqd_tcp_address, o.lookupd_http_address)
+    common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address)
     if not o.topic:
-        fatal(PROGRAM, "--topic required")
-    if o.n < 0:
-        fatal(PROGRAM, "--n must not be negative")
+        fatal("--topic required")
     if 0 < o.n < o.max_in_flight:
         o.max_in_flight = o.n  # don't ask for more messages than we want
-    logger = common.setup_logging(PROGRAM)
-    go_cfg, options = common.build_go_config(PROGRAM, "consumer-opt", o.consumer_opt, logger)
-    for name in [*o.topic, o.channel]:
-        if not is_valid_name(name):
-            fatal(PROGRAM, f"invalid topic/channel name {name!r}")
-    common.run(lambda: _main(o, options, go_cfg, logger))
+    cfg = common.go_config(o.consumer_opt, "consumer-opt")
+    common.run(lambda: _main(o, cfg))
 
 
 if __name__ == "__main__":

@@ -19,14 +19,22 @@ logrotate moved them); SIGINT/SIGTERM stop gracefully: CLS, write/sync/FIN what 
 flight, close and move the files, exit 0. A second SIGINT/SIGTERM exits at once (status 1):
 messages not yet FINished are simply re-delivered by nsqd.
 
+Failures are upstream's: an nsqd that cannot be reached is logged (``couldn't create logger for
+new topic t: dial tcp ...``) and the program runs on without that topic (tried again at the next
+``--topic-refresh`` when topics come from nsqlookupd); an I/O error is fatal at once (status 1,
+Go's error text), leaving nsqd to deliver again what was not yet FINished.
+
 Differences from upstream, on purpose: with ``--topic-pattern`` and no ``--topic`` the topic
 list is fetched at start-up rather than after the first ``--topic-refresh``; a file opened in
 append mode whose last line was cut short (a crash mid-write) gets a newline first, so the torn
-line does not swallow the next message; the ``<REV>`` requirement is checked once at start-up
-(fatal) instead of per topic; an invalid ``--topic-pattern`` is fatal instead of matching nothing;
-``max_attempts`` defaults to 0 (unlimited): go-nsq's 5 would FIN a message re-delivered more often
-(after repeated crashes) without writing it; directories are fsynced after a file is created or
-moved, so a power loss cannot drop the entry of a file whose data was acknowledged.
+line does not swallow the next message; a ``--topic`` whose logger could never be made (a name
+nsqd refuses, no ``<REV>`` where needed, a go-nsq config error) gets upstream's ``couldn't create
+logger`` line and then exit 1, where upstream runs on archiving nothing, and so do
+``--max-in-flight=0`` and an invalid ``--topic-pattern``; ``max_attempts`` defaults to 0
+(unlimited): go-nsq's 5 would FIN a message re-delivered more often (after repeated crashes)
+without writing it; directories are fsynced after a file is created or moved, so a power loss
+cannot drop the entry of a file whose data was acknowledged; a lost connection is closed and
+reconnected at once, where go-nsq waits until the messages in flight on it are answered.
 """
 
 from __future__ import annotations
@@ -42,12 +50,13 @@ import zlib
 from collections import deque
 from typing import Any
 
-from ..client import Consumer, Message
+from ..client import Message
 from ..common.flags import Flag, FlagSet
-from ..common.log import parse_level
+from ..common.log import make_logger
 from ..protocol.names import is_valid_name
-from . import common
+from . import common, goerrors, golog, gonsq
 from .common import fatal, repeated
+from .goconfig import GoNsqConfig
 
 PROGRAM = "nsq_to_file"
 
@@ -64,7 +73,7 @@ def build_flagset() -> FlagSet:
     F = Flag
     fs.add(
         F("version", False, "print version string", kind="bool"),
-        F("log-level", "info", "set log verbosity: debug, info, warn, error, or fatal", parse=parse_level,
+        F("log-level", "info", "set log verbosity: debug, info, warn, error, or fatal",
           go_type="string", go_default='"info"'),
         F("log-prefix", "[nsq_to_file] ", "log message prefix"),
         F("channel", "nsq_to_file", "nsq channel"),
@@ -151,10 +160,19 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 def exclusive_rename(src: str, dst: str) -> None:
-    """Move without ever replacing: link (fails if ``dst`` exists), then unlink ``src``."""
-    os.link(src, dst)
+    """Move without ever replacing: link (fails if ``dst`` exists), then unlink ``src``.
+    Errors read as Go's (``link SRC DST: file exists``); FileExistsError stays one."""
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        raise
+    except OSError as err:
+        raise goerrors.GoOSError(goerrors.link_error(src, dst, err)) from None
     fsync_dir(os.path.dirname(dst))
-    os.unlink(src)
+    try:
+        os.unlink(src)
+    except OSError as err:
+        raise goerrors.GoOSError(goerrors.os_error("remove", src, err)) from None
 
 
 def fsync_dir(path: str) -> None:
@@ -172,8 +190,9 @@ def fsync_dir(path: str) -> None:
 class FileLogger:
     """Consumes one topic into its current file (see the module docstring)."""
 
-    def __init__(self, opts: Any, topic: str, go_cfg: common.GoNsqConfig, conn_options: Any,
-                 logger: Any) -> None:
+    def __init__(self, opts: Any, topic: str, go_cfg: GoNsqConfig, logger: Any) -> None:
+        """upstream's ``NewFileLogger`` up to the consumer's creation: ValueError (bad
+        ``--filename-format``) or StartError; :meth:`connect` does the rest."""
         self.opts = opts
         self.topic = topic
         self.logger = logger
@@ -181,18 +200,6 @@ class FileLogger:
         self.filename_format = filename_format(opts, topic)
         self.datetime_format = compile_strftime(opts.datetime_format)
         self.max_in_flight = max(1, opts.max_in_flight)
-        consumer_kwargs = dict(go_cfg.consumer)
-        consumer_kwargs["max_in_flight"] = opts.max_in_flight
-        # go-nsq FINs a message delivered more than max_attempts times without handling it; an
-        # archiver never fails a message on purpose, so that would only drop unwritten data
-        # (after repeated crashes, say): unlimited unless --consumer-opt=max_attempts,N
-        consumer_kwargs.setdefault("max_attempts", 0)
-        self.consumer = Consumer(
-            topic, opts.channel, self._on_message,
-            nsqd_tcp_addresses=opts.nsqd_tcp_address,
-            lookupd_http_addresses=opts.lookupd_http_address,
-            auto_finish=False, options=conn_options, **consumer_kwargs,
-        )
         self._incoming: deque[Message] = deque()
         self._pending: list[Message] = []  # written to the file, not yet fsynced nor FINished
         self._wake = asyncio.Event()
@@ -210,6 +217,22 @@ class FileLogger:
         self._gz: Any = None  # zlib compressobj of the current gzip member
         self._member_bytes = 0
         self._name_cache: tuple[int, str] = (-1, "")
+        kwargs: dict[str, Any] = {}
+        if "max_attempts" not in go_cfg.consumer:
+            # go-nsq FINs a message delivered more than max_attempts times without handling it;
+            # an archiver never fails a message on purpose, so that would only drop unwritten
+            # data (after repeated crashes, say): unlimited unless --consumer-opt=max_attempts,N
+            kwargs["max_attempts"] = 0
+        self.consumer = common.GoConsumer(topic, opts.channel, self._on_message, go_cfg, PROGRAM,
+                                          opts.max_in_flight, auto_finish=False, **kwargs)
+
+    async def connect(self) -> None:
+        """Connect the consumer (StartError as upstream's ``NewFileLogger`` fails)."""
+        try:
+            await self.consumer.connect(self.opts.nsqd_tcp_address, self.opts.lookupd_http_address)
+        except common.StartError:
+            await self.consumer.abandon()
+            raise
 
     # --- outside events ------------------------------------------------------------------
 
@@ -237,7 +260,6 @@ class FileLogger:
 
     async def run(self) -> None:
         """Write, sync, FIN, rotate until stopped; then drain, close and move the file."""
-        await self.consumer.start()
         ticker = asyncio.create_task(self._ticker()) if self.opts.sync_interval > 0 else None
         closer: asyncio.Task[None] | None = None
         try:
@@ -319,7 +341,8 @@ class FileLogger:
             try:
                 await asyncio.to_thread(os.fsync, self._fd)
             except OSError as err:
-                raise FatalError(f"{self.tag} failed syncing messages: {err}") from None
+                raise FatalError(f"{self.tag} failed syncing messages: "
+                                 f"{goerrors.os_error('sync', self._path, err)}") from None
         pending, self._pending = self._pending, []
         for msg in pending:
             msg.finish()
@@ -361,7 +384,8 @@ class FileLogger:
         try:
             _write_all(self._fd, data)  # type: ignore[arg-type]
         except OSError as err:
-            raise FatalError(f"{self.tag} writing message to disk: {err}") from None
+            raise FatalError(f"{self.tag} writing message to disk: "
+                             f"{goerrors.os_error('write', self._path, err)}") from None
         self._disk_bytes += len(data)
 
     def _end_member(self, force: bool = False) -> None:
@@ -372,7 +396,8 @@ class FileLogger:
         try:
             _write_all(self._fd, tail)  # type: ignore[arg-type]
         except OSError as err:
-            raise FatalError(f"{self.tag} failed to close GZIP writer: {err}") from None
+            raise FatalError(f"{self.tag} failed to close GZIP writer: "
+                             f"{goerrors.os_error('write', self._path, err)}") from None
         self._disk_bytes += len(tail)
         self._gz = self._new_member()
         self._member_bytes = 0
@@ -389,9 +414,14 @@ class FileLogger:
         self._end_member(force=self._disk_bytes == 0)
         try:
             os.fsync(fd)
+        except OSError as err:
+            raise FatalError(f"{self.tag} failed to fsync output file: "
+                             f"{goerrors.os_error('sync', self._path, err)}") from None
+        try:
             os.close(fd)
         except OSError as err:
-            raise FatalError(f"{self.tag} failed to fsync/close output file: {err}") from None
+            raise FatalError(f"{self.tag} failed to close output file: "
+                             f"{goerrors.os_error('close', self._path, err)}") from None
         self._fd = None
         self._gz = None
         opts = self.opts
@@ -456,7 +486,8 @@ class FileLogger:
                 self._next_rev(has_rev, path)
                 continue
             except OSError as err:
-                raise FatalError(f"{self.tag} unable to open {path}: {err}") from None
+                raise FatalError(f"{self.tag} unable to open {path}: "
+                                 f"{goerrors.os_error('open', path, err)}") from None
             size = os.fstat(fd).st_size
             if opts.rotate_size > 0 and size > opts.rotate_size:
                 self.logger.info("%s %s currently %d bytes (> %d), rotating...", self.tag, path,
@@ -498,10 +529,12 @@ def _last_byte(path: str) -> bytes:
 
 
 def _make_parent(path: str, tag: str) -> None:
-    parent = os.path.dirname(path)
+    """upstream's ``makeDirFromPath``: ``MkdirAll`` of the directory part (its trailing slash
+    kept, which shows in Go's error texts)."""
+    parent = path[: path.rfind("/") + 1]
     if parent:
         try:
-            os.makedirs(parent, 0o770, exist_ok=True)
+            goerrors.mkdir_all(parent, 0o770)
         except OSError as err:
             raise FatalError(f"{tag} unable to create dir: {err}") from None
 
@@ -512,22 +545,23 @@ def _make_parent(path: str, tag: str) -> None:
 class TopicDiscoverer:
     """Owns the FileLoggers: the given topics, or lookupd's topics matching --topic-pattern."""
 
-    def __init__(self, opts: Any, go_cfg: common.GoNsqConfig, conn_options: Any, logger: Any,
+    def __init__(self, opts: Any, go_cfg: GoNsqConfig, logger: Any,
                  pattern: re.Pattern[str] | None) -> None:
         self.opts = opts
         self.go_cfg = go_cfg
-        self.conn_options = conn_options
         self.logger = logger
         self.pattern = pattern
         self.loggers: dict[str, FileLogger] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
-        self.failed = False
 
     def allowed(self, topic: str) -> bool:
         return self.pattern is None or self.pattern.search(topic) is not None
 
-    def update_topics(self, topics: list[str]) -> None:
+    async def update_topics(self, topics: list[str]) -> None:
+        """upstream's ``updateTopics``: one topic after the other, a logger (and its connected
+        consumer) for each new one; one that cannot be made is logged and tried again at the
+        next refresh."""
         for topic in topics:
             if topic in self.loggers or self._stopping.is_set():
                 continue
@@ -536,8 +570,9 @@ class TopicDiscoverer:
                                     self.opts.topic_pattern)
                 continue
             try:
-                fl = FileLogger(self.opts, topic, self.go_cfg, self.conn_options, self.logger)
-            except ValueError as err:
+                fl = FileLogger(self.opts, topic, self.go_cfg, self.logger)
+                await fl.connect()
+            except (ValueError, common.StartError) as err:
                 self.logger.error("couldn't create logger for new topic %s: %s", topic, err)
                 continue
             self.loggers[topic] = fl
@@ -553,8 +588,9 @@ class TopicDiscoverer:
             self.logger.critical("%s", err)
         else:
             self.logger.critical("file logger failed: %r", err)
-        self.failed = True
-        self.stop()  # upstream exits 1 at once; we still let the other topics finish cleanly
+        # upstream exits 1 on the spot: what was written but not yet FINished is delivered
+        # again by nsqd, so nothing acknowledged is lost
+        golog.exit_now(1)
 
     def stop(self) -> None:
         if self._stopping.is_set():
@@ -573,11 +609,11 @@ class TopicDiscoverer:
                                        opts.http_client_request_timeout) as session:
             while not self._stopping.is_set():
                 try:
-                    topics = await common.lookupd_topics(session, opts.lookupd_http_address, self.logger)
+                    topics = await common.lookupd_topics(session, opts.lookupd_http_address)
                 except common.HTTPQueryError as err:
                     self.logger.error("could not retrieve topic list: %s", err)
                 else:
-                    self.update_topics(topics)
+                    await self.update_topics(topics)
                 try:
                     async with asyncio.timeout(opts.topic_refresh):
                         await self._stopping.wait()
@@ -585,19 +621,22 @@ class TopicDiscoverer:
                     pass
 
     async def run(self) -> int:
-        self.update_topics(self.opts.topic)
+        starting = asyncio.create_task(self.update_topics(self.opts.topic))
         refresher = None if self.opts.topic else asyncio.create_task(self._refresh())
         await self._stopping.wait()
+        await starting
         if refresher is not None:
             refresher.cancel()
             await asyncio.gather(refresher, return_exceptions=True)
+        for fl in self.loggers.values():
+            fl.stop()  # those made while the stop came
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
-        return 1 if self.failed else 0
+        return 0
 
 
-async def _main(opts: Any, go_cfg: common.GoNsqConfig, conn_options: Any, logger: Any,
+async def _main(opts: Any, go_cfg: GoNsqConfig, logger: Any,
                 pattern: re.Pattern[str] | None) -> int:
-    discoverer = TopicDiscoverer(opts, go_cfg, conn_options, logger, pattern)
+    discoverer = TopicDiscoverer(opts, go_cfg, logger, pattern)
     signals_seen = 0
 
     def on_term(signum: int) -> None:
@@ -606,8 +645,7 @@ async def _main(opts: Any, go_cfg: common.GoNsqConfig, conn_options: Any, logger
         if signals_seen > 1:
             logger.warning("second %s: exiting now (unacknowledged messages are re-delivered)",
                            signal.Signals(signum).name)
-            os._exit(1)
-        logger.info("%s: stopping", signal.Signals(signum).name)
+            golog.exit_now(1)
         discoverer.stop()
 
     common.on_signals(on_term, *common.TERM_SIGNALS)
@@ -615,48 +653,82 @@ async def _main(opts: Any, go_cfg: common.GoNsqConfig, conn_options: Any, logger
     return await discoverer.run()
 
 
+def _permanent_failure(o: Any, cfg: GoNsqConfig) -> tuple[str, str] | None:
+    """The first topic whose logger could never be made (and why), checked before any starts.
+
+    upstream logs ``couldn't create logger for new topic <t>: <why>`` for such a topic and runs
+    on without it (with ``--topic``, consuming nothing, forever); we log the same line and exit
+    1, so a unit or script sees the misconfiguration.
+    """
+    for topic in o.topic:
+        if o.topic_pattern and (o.pattern is None or o.pattern.search(topic) is None):
+            continue
+        try:
+            filename_format(o, topic)
+        except ValueError as err:
+            return topic, str(err)
+        problem = cfg.validate(o.max_in_flight)
+        if problem is None and not is_valid_name(topic):
+            problem = "invalid topic name"
+        if problem is None and not is_valid_name(o.channel):
+            problem = "invalid channel name"
+        if problem is not None:
+            return topic, problem
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
-    opts = common.parse_flags(build_flagset(), sys.argv[1:] if argv is None else argv)
-    o = common.Options(opts)
+    gonsq.disable_client_logging()
+    fs = build_flagset()
+    values, rest = common.parse_flags(fs, sys.argv[1:] if argv is None else argv)
+    if rest:
+        fatal(f"unknown arguments: {golog.go_list(rest)}")
+    o = common.Options(values)
+    level = o.log_level.lower()
+    if level not in ("debug", "info", "warn", "error", "fatal"):
+        fatal("--log-level is invalid")
+    o.log_level = level
     if o.version:
         print(common.version_string(PROGRAM))
         return
     if o.channel == "":
-        fatal(PROGRAM, "--channel is required")
+        fatal("--channel is required")
     if o.http_client_connect_timeout <= 0:
-        fatal(PROGRAM, "--http-client-connect-timeout should be positive")
+        fatal("--http-client-connect-timeout should be positive")
     if o.http_client_request_timeout <= 0:
-        fatal(PROGRAM, "--http-client-request-timeout should be positive")
-    common.check_sources(PROGRAM, o.nsqd_tcp_address, o.lookupd_http_address)
+        fatal("--http-client-request-timeout should be positive")
+    common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address, suffix=".")
     if not 1 <= o.gzip_level <= 9:
-        fatal(PROGRAM, f"invalid --gzip-level value ({o.gzip_level}), should be 1-9")
+        fatal(f"invalid --gzip-level value ({o.gzip_level}), should be 1-9")
     if not o.topic and not o.topic_pattern:
-        fatal(PROGRAM, "--topic or --topic-pattern required")
+        fatal("--topic or --topic-pattern required")
     if not o.topic and not o.lookupd_http_address:
-        fatal(PROGRAM, "--lookupd-http-address must be specified when no --topic specified")
+        fatal("--lookupd-http-address must be specified when no --topic specified")
     if o.max_in_flight < 1:
-        fatal(PROGRAM, "--max-in-flight must be at least 1")
+        fatal("--max-in-flight must be at least 1")  # nsqpy's: upstream would archive nothing
     if o.work_dir == "":
         o.work_dir = o.output_dir
     # compared and joined as strings below: "/data/out/" and "/data/out" are the same place
     o.output_dir = os.path.normpath(o.output_dir)
     o.work_dir = os.path.normpath(o.work_dir)
-    try:
-        filename_format(o, "topic")
-    except ValueError as err:
-        fatal(PROGRAM, str(err))
-    pattern = None
+    o.pattern = None
     if o.topic_pattern:
         try:
-            pattern = re.compile(o.topic_pattern)
-        except re.error as err:
-            fatal(PROGRAM, f"invalid --topic-pattern {o.topic_pattern!r}: {err}")
-    logger = common.setup_logging(PROGRAM, o.log_prefix, o.log_level)
-    go_cfg, conn_options = common.build_go_config(PROGRAM, "consumer-opt", o.consumer_opt, logger)
-    for name in [*o.topic, o.channel]:
-        if not is_valid_name(name):
-            fatal(PROGRAM, f"invalid topic/channel name {name!r}")
-    common.run(lambda: _main(o, go_cfg, conn_options, logger, pattern))
+            o.pattern = re.compile(o.topic_pattern)
+        except re.error as err:  # nsqpy's: upstream would skip every topic
+            fatal(f"invalid --topic-pattern {o.topic_pattern!r}: {err}")
+    logger = make_logger(PROGRAM, o.log_prefix, o.log_level)
+    cfg = common.go_config(o.consumer_opt, "consumer-opt", ignore_errors=True)
+    failure = _permanent_failure(o, cfg)
+    if failure is not None:
+        logger.error("couldn't create logger for new topic %s: %s", *failure)
+        raise SystemExit(1)
+    if not o.topic:
+        try:
+            filename_format(o, "topic")
+        except ValueError as err:
+            fatal(str(err))
+    common.run(lambda: _main(o, cfg, logger, o.pattern))
 
 
 if __name__ == "__main__":

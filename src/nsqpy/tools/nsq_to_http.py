@@ -14,13 +14,16 @@ order, stopping at the first failure (so a retry repeats the ones that succeeded
 Only the ``%s`` is substituted in a GET URL: other ``%`` sequences (``%20``) are left alone,
 where upstream's ``Sprintf`` would mangle them. SIGINT/SIGTERM stop cleanly: no new deliveries,
 requests in flight finish and are answered, exit 0.
+
+Start-up and failures are upstream's (go-nsq's): argument errors are ``log.Fatal`` lines, an
+nsqd that cannot be reached at start is fatal, one lost later is retried every
+``lookupd_poll_interval``; a failed request is go-nsq's ``Handler returned error (...)`` line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import time
 from typing import Any
 from urllib.parse import quote_plus
@@ -29,11 +32,11 @@ import aiohttp
 from yarl import URL
 
 from .. import NSQ_COMPAT_VERSION
-from ..client import Consumer, Message
+from ..client import Message
 from ..common.flags import Flag, FlagSet
-from ..protocol.names import is_valid_name
-from . import common
+from . import common, goerrors, gonsq
 from .common import fatal, repeated
+from .goconfig import GoNsqConfig, go_nsq_flag
 
 PROGRAM = "nsq_to_http"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -59,8 +62,8 @@ def build_flagset() -> FlagSet:
         repeated("get", "HTTP address to make a GET request to. '%s' will be printf replaced with data (may be given multiple times)"),
         repeated("nsqd-tcp-address", "nsqd TCP address (may be given multiple times)"),
         repeated("lookupd-http-address", "lookupd HTTP address (may be given multiple times)"),
-        repeated("consumer-opt", "option to passthrough to nsq.Consumer (may be given multiple "
-                 "times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+        go_nsq_flag("consumer-opt", "option to passthrough to nsq.Consumer (may be given "
+                    "multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
     )
     return fs
 
@@ -89,14 +92,13 @@ class RequestFailed(Exception):
 class HTTPPublisher:
     """Turns one message into the request(s) ``--mode`` asks for."""
 
-    def __init__(self, o: Any, session: aiohttp.ClientSession, headers: dict[str, str],
-                 logger: Any) -> None:
+    def __init__(self, o: Any, session: aiohttp.ClientSession, headers: dict[str, str]) -> None:
         self.session = session
         self.sample = o.sample
         self.use_get = bool(o.get)
         self.addresses: list[str] = list(o.get or o.post)
         self.headers = headers
-        self.logger = logger
+        self.log: gonsq.ConsumerLog | None = None
         if o.mode == "round-robin":
             self.selector: common.HostPool | common.RoundRobin | None = common.RoundRobin(self.addresses)
         elif o.mode in ("hostpool", "epsilon-greedy"):
@@ -104,23 +106,25 @@ class HTTPPublisher:
         else:
             self.selector = None  # upstream's ModeAll: every address
         every = o.status_every if len(self.addresses) > 1 else 0
-        self.per_address = {a: common.TimerMetrics(every, f"[{a}]:", logger) for a in self.addresses}
-        self.aggregate = common.TimerMetrics(o.status_every, "[aggregate]:", logger)
+        self.per_address = {a: common.TimerMetrics(every, f"[{a}]:") for a in self.addresses}
+        self.aggregate = common.TimerMetrics(o.status_every, "[aggregate]:")
 
     async def request(self, address: str, body: bytes) -> None:
+        url: URL | str = get_url(address, body) if self.use_get else address
         try:
             if self.use_get:
-                async with self.session.get(get_url(address, body), headers=self.headers) as resp:
+                async with self.session.get(url, headers=self.headers) as resp:
                     await resp.read()
                     if resp.status != 200:
                         raise RequestFailed(f"got status code {resp.status}")
             else:
-                async with self.session.post(address, data=body, headers=self.headers) as resp:
+                async with self.session.post(url, data=body, headers=self.headers) as resp:
                     await resp.read()
                     if not 200 <= resp.status < 300:
                         raise RequestFailed(f"got status code {resp.status}")
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as err:
-            raise RequestFailed(str(err) or type(err).__name__) from None
+            method = "GET" if self.use_get else "POST"
+            raise RequestFailed(goerrors.http_error_text(method, str(url), err)) from None
 
     async def handle(self, msg: Message) -> None:
         if self.sample < 1.0 and random.random() > self.sample:
@@ -142,14 +146,14 @@ class HTTPPublisher:
                 self.selector.mark(address, False)
                 self.per_address[address].status(started)
         except RequestFailed as err:
-            self.logger.warning("msg %s attempt %d: %s; requeueing", msg.id.decode(), msg.attempts, err)
+            if self.log is not None:
+                self.log.handler_error(msg, str(err))
             msg.requeue()  # go-nsq's default delay, with backoff
             return
         self.aggregate.status(started)
 
 
-async def _main(o: Any, go_cfg: common.GoNsqConfig, options: Any, headers: dict[str, str],
-                logger: Any) -> int:
+async def _main(o: Any, cfg: GoNsqConfig, headers: dict[str, str]) -> int:
     stop = asyncio.Event()
     common.on_signals(lambda _s: stop.set(), *common.TERM_SIGNALS)
     headers = {"User-Agent": f"nsq_to_http v{NSQ_COMPAT_VERSION}", **headers}
@@ -160,22 +164,28 @@ async def _main(o: Any, go_cfg: common.GoNsqConfig, options: Any, headers: dict[
     connector = aiohttp.TCPConnector(limit=max(1, o.n))
     async with aiohttp.ClientSession(timeout=timeout, connector=connector,
                                      skip_auto_headers=("Content-Type",)) as session:
-        publisher = HTTPPublisher(o, session, headers, logger)
-        consumer_kwargs = dict(go_cfg.consumer)
-        consumer_kwargs["max_in_flight"] = o.max_in_flight
-        consumer = Consumer(o.topic, o.channel, publisher.handle,
-                            nsqd_tcp_addresses=o.nsqd_tcp_address,
-                            lookupd_http_addresses=o.lookupd_http_address,
-                            concurrency=max(1, o.n), options=options, **consumer_kwargs)
-        await consumer.start()
+        try:
+            consumer = common.GoConsumer(o.topic, o.channel, lambda m: None, cfg, PROGRAM,
+                                         o.max_in_flight, concurrency=max(1, o.n))
+        except common.StartError as err:
+            fatal(str(err))
+        publisher = HTTPPublisher(o, session, headers)
+        publisher.log = consumer.log
+        consumer.handler = publisher.handle
+        if o.n < 1:
+            fatal("no handlers")  # go-nsq refuses to connect a consumer without handlers
+        try:
+            await consumer.connect(o.nsqd_tcp_address, o.lookupd_http_address)
+        except common.StartError as err:
+            fatal(str(err))
         await stop.wait()
         await consumer.close()
     return 0
 
 
 def main(argv: list[str] | None = None) -> None:
-    fs = build_flagset()
-    o = common.Options(common.parse_flags(fs, sys.argv[1:] if argv is None else argv))
+    gonsq.disable_client_logging()
+    o = common.parse_options(build_flagset(), argv)
     if o.version:
         print(common.version_string(PROGRAM))
         return
@@ -184,33 +194,26 @@ def main(argv: list[str] | None = None) -> None:
         try:
             headers = parse_custom_headers(o.header)
         except ValueError:
-            fatal(PROGRAM, "--header value format should be 'key: value'")
+            fatal("--header value format should be 'key=value'")  # sic: upstream's words
     if o.topic == "" or o.channel == "":
-        fatal(PROGRAM, "--topic and --channel are required")
-    if not is_valid_name(o.topic) or not is_valid_name(o.channel):
-        fatal(PROGRAM, "--topic or --channel is invalid")
+        fatal("--topic and --channel are required")
     if o.content_type != DEFAULT_CONTENT_TYPE:
         if not o.post:
-            fatal(PROGRAM, "--content-type only used with --post")
+            fatal("--content-type only used with --post")
         if not o.content_type:
-            fatal(PROGRAM, "--content-type requires a value when used")
-    common.check_sources(PROGRAM, o.nsqd_tcp_address, o.lookupd_http_address)
+            fatal("--content-type requires a value when used")
+    common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address)
     if not o.get and not o.post:
-        fatal(PROGRAM, "--get or --post required")
+        fatal("--get or --post required")
     if o.get and o.post:
-        fatal(PROGRAM, "use --get or --post not both")
+        fatal("use --get or --post not both")
     for url in o.get:
         if url.count("%s") != 1:
-            fatal(PROGRAM, "invalid GET address - must be a printf string")
+            fatal("invalid GET address - must be a printf string")
     if not 0.0 <= o.sample <= 1.0:
-        fatal(PROGRAM, "ERROR: --sample must be between 0.0 and 1.0")
-    if o.n < 1:
-        fatal(PROGRAM, "--n must be at least 1")
-    logger = common.setup_logging(PROGRAM)
-    go_cfg, options = common.build_go_config(PROGRAM, "consumer-opt", o.consumer_opt, logger)
-    if o.mode not in ("round-robin", "hostpool", "epsilon-greedy"):
-        logger.info("--mode=%s: every message goes to all %d addresses", o.mode, len(o.get or o.post))
-    common.run(lambda: _main(o, go_cfg, options, headers, logger))
+        fatal("ERROR: --sample must be between 0.0 and 1.0")
+    cfg = common.go_config(o.consumer_opt, "consumer-opt")
+    common.run(lambda: _main(o, cfg, headers))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ an unknown mode is round-robin, upstream's zero value) on ``--destination-topic`
 consumed topic's name). It is FINished once that nsqd answered OK and REQueued (go-nsq's default
 delay, with backoff) when the publish failed, so nothing is acknowledged that did not arrive.
 
-JSON filters (only when given): a body that is not a JSON object is dropped (FIN);
+JSON filters (only when given): a body that is not a JSON object is dropped (FIN, logged);
 ``--require-json-field`` drops messages without the field, and with ``--require-json-value`` also
 those whose value differs (a string compares as text, a number numerically when the flag's value
 parses as one). A message missing the field while a value is required is an error (REQ with
@@ -15,21 +15,28 @@ Go's ``encoding/json`` does: sorted keys, integral numbers without a fraction, `
 
 SIGINT/SIGTERM stop cleanly: no new deliveries, publishes in flight are answered and their
 messages FINished or REQueued, then the producers close; exit 0.
+
+Start-up and failures are upstream's (go-nsq's): argument errors are ``log.Fatal`` lines; the
+producers connect on their first publish, so a destination that cannot be reached shows as
+``Handler returned error (dial tcp ...) for msg ...`` and the message is requeued with backoff;
+a source nsqd that cannot be reached at start is fatal, one lost later is retried every
+``lookupd_poll_interval``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from typing import Any
 
-from ..client import Consumer, Message, NSQError, Producer
+from ..client import Message, NSQError
 from ..common.flags import Flag, FlagSet
 from ..protocol.names import is_valid_name
-from . import common
+from . import common, golog, gonsq
 from .common import fatal, repeated
+from .goconfig import GoNsqConfig, go_nsq_flag
+from .goerrors import GoError
 
 PROGRAM = "nsq_to_nsq"
 
@@ -51,10 +58,10 @@ def build_flagset() -> FlagSet:
         repeated("whitelist-json-field", "for JSON messages: pass this field (may be given multiple times)"),
         F("require-json-field", "", "for JSON messages: only pass messages that contain this field"),
         F("require-json-value", "", "for JSON messages: only pass messages in which the required field has this value"),
-        repeated("consumer-opt", "option to passthrough to nsq.Consumer (may be given multiple "
-                 "times, see http://godoc.org/github.com/nsqio/go-nsq#Config)"),
-        repeated("producer-opt", "option to passthrough to nsq.Producer (may be given multiple "
-                 "times, see http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+        go_nsq_flag("consumer-opt", "option to passthrough to nsq.Consumer (may be given "
+                    "multiple times, see http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+        go_nsq_flag("producer-opt", "option to passthrough to nsq.Producer (may be given "
+                    "multiple times, see http://godoc.org/github.com/nsqio/go-nsq#Config)"),
     )
     return fs
 
@@ -64,6 +71,10 @@ def build_flagset() -> FlagSet:
 
 class Backoff(Exception):
     """The message cannot be judged (required field missing): REQ it and slow down."""
+
+
+class InvalidJSON(Exception):
+    """The body is not a JSON object: dropped (FIN), as upstream does, with a log line."""
 
 
 def _is_number(value: Any) -> bool:
@@ -104,13 +115,16 @@ class JSONFilter:
         return False  # neither a string nor a comparable number
 
     def apply(self, body: bytes) -> bytes | None:
-        """The body to republish, or None to drop the message."""
+        """The body to republish, or None to drop the message; InvalidJSON for a body that is
+        not a JSON object (Go's ``json.Unmarshal`` into a map refuses it), Backoff to REQ."""
         try:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError):
-            return None
+            raise InvalidJSON() from None
+        if doc is None:
+            doc = {}  # Go decodes null into a nil map: no fields
         if not isinstance(doc, dict):
-            return None
+            raise InvalidJSON()
         if not self.passes(doc):
             return None
         if not self.whitelist:
@@ -143,99 +157,125 @@ def go_json(value: Any) -> bytes:
 
 
 class Republisher:
-    def __init__(self, o: Any, producers: dict[str, Producer], logger: Any) -> None:
+    def __init__(self, o: Any, producers: dict[str, gonsq.GoProducer]) -> None:
         self.producers = producers
-        self.logger = logger
         addresses = list(producers)
         if o.mode in ("hostpool", "epsilon-greedy"):
             self.selector: common.HostPool | common.RoundRobin = common.HostPool(addresses)
         else:
-            self.selector = common.RoundRobin(addresses)
+            self.selector = common.RoundRobin(addresses)  # upstream's zero value
         self.filter = JSONFilter(o.require_json_field, o.require_json_value, o.whitelist_json_field)
         every = o.status_every if len(addresses) > 1 else 0
-        self.per_address = {a: common.TimerMetrics(every, f"[{a}]:", logger) for a in addresses}
-        self.aggregate = common.TimerMetrics(o.status_every, "[aggregate]:", logger)
+        self.per_address = {a: common.TimerMetrics(every, f"[{a}]:") for a in addresses}
+        self.aggregate = common.TimerMetrics(o.status_every, "[aggregate]:")
 
-    def handler_for(self, destination: str) -> Any:
+    def handler_for(self, destination: str, log: gonsq.ConsumerLog) -> Any:
         async def handle(msg: Message) -> None:
-            await self.handle(msg, destination)
+            await self.handle(msg, destination, log)
 
         return handle
 
-    async def handle(self, msg: Message, destination: str) -> None:
+    async def handle(self, msg: Message, destination: str, log: gonsq.ConsumerLog) -> None:
         body = msg.body
         if self.filter.active:
             try:
                 filtered = self.filter.apply(body)
             except Backoff as err:
-                self.logger.error("%s", err)
+                golog.log(f"ERROR: {err}")
+                log.handler_error(msg, "backoff")
                 msg.requeue()
                 return
+            except InvalidJSON:
+                golog.log(f"ERROR: Unable to decode json: {body.decode('utf-8', 'replace')}")
+                return  # dropped: FIN
             if filtered is None:
                 return  # dropped: FIN
             body = filtered
         started = time.monotonic()
         address = self.selector.get()
         try:
-            await self.producers[address].pub(destination, body)
-        except (NSQError, OSError) as err:
+            answer = await self.producers[address].publish_async(destination, body)
+        except (GoError, NSQError, OSError) as err:
+            # go-nsq's PublishAsync failed at once (could not connect): the handler's error
             self.selector.mark(address, True)
-            self.logger.warning("publish to %s failed: %s; requeueing %s", address, err, msg.id.decode())
+            log.handler_error(msg, str(err))
             msg.requeue()
             return
+        try:
+            await answer
+        except (GoError, NSQError, OSError):
+            self.selector.mark(address, True)
+            msg.requeue()
+            return
+        finally:
+            self.per_address[address].status(started)
+            self.aggregate.status(started)
         self.selector.mark(address, False)
-        self.per_address[address].status(started)
-        self.aggregate.status(started)
 
 
-async def _main(o: Any, consumer_cfg: common.GoNsqConfig, consumer_options: Any,
-                producer_options: Any, logger: Any) -> int:
+async def _main(o: Any, consumer_cfg: GoNsqConfig, producer_cfg: GoNsqConfig) -> int:
     stop = asyncio.Event()
     common.on_signals(lambda _s: stop.set(), *common.TERM_SIGNALS)
-    producers = {addr: Producer(addr, options=producer_options)
+    try:
+        producer_options, refusal = common.connection_options(producer_cfg, PROGRAM)
+    except common.StartError as err:
+        fatal(f"failed creating producer {err}")
+    producers = {addr: gonsq.GoProducer(addr, producer_options, refusal)
                  for addr in dict.fromkeys(o.destination_nsqd_tcp_address)}
-    republisher = Republisher(o, producers, logger)
-    consumer_kwargs = dict(consumer_cfg.consumer)
-    consumer_kwargs["max_in_flight"] = o.max_in_flight
-    consumers = []
+    republisher = Republisher(o, producers)
+    consumers: list[common.GoConsumer] = []
     for topic in o.topic:
         destination = o.destination_topic or topic
-        consumers.append(Consumer(
-            topic, o.channel, republisher.handler_for(destination),
-            nsqd_tcp_addresses=o.nsqd_tcp_address, lookupd_http_addresses=o.lookupd_http_address,
-            concurrency=max(1, o.max_in_flight), options=consumer_options, **consumer_kwargs,
-        ))
+        try:
+            consumer = common.GoConsumer(topic, o.channel, lambda m: None, consumer_cfg, PROGRAM,
+                                         o.max_in_flight, concurrency=max(1, o.max_in_flight))
+        except common.StartError as err:
+            fatal(str(err))
+        consumer.handler = republisher.handler_for(destination, consumer.log)
+        consumers.append(consumer)
     try:
         for consumer in consumers:
-            await consumer.start()
+            try:
+                await consumer.connect(o.nsqd_tcp_address, [])
+            except common.StartError as err:
+                fatal(str(err))
+        for consumer in consumers:
+            try:
+                await consumer.connect([], o.lookupd_http_address)
+            except common.StartError as err:
+                fatal(str(err))
         await stop.wait()
     finally:
-        await asyncio.gather(*(c.close() for c in consumers))
+        for consumer in consumers:
+            await consumer.close()
         await asyncio.gather(*(p.close() for p in producers.values()), return_exceptions=True)
     return 0
 
 
 def main(argv: list[str] | None = None) -> None:
-    o = common.Options(common.parse_flags(build_flagset(), sys.argv[1:] if argv is None else argv))
+    gonsq.disable_client_logging()
+    o = common.parse_options(build_flagset(), argv)
     if o.version:
         print(common.version_string(PROGRAM))
         return
     if not o.topic or o.channel == "":
-        fatal(PROGRAM, "--topic and --channel are required")
+        fatal("--topic and --channel are required")
     for topic in o.topic:
         if not is_valid_name(topic):
-            fatal(PROGRAM, "--topic is invalid")
+            fatal("--topic is invalid")
     if o.destination_topic and not is_valid_name(o.destination_topic):
-        fatal(PROGRAM, "--destination-topic is invalid")
+        fatal("--destination-topic is invalid")
     if not is_valid_name(o.channel):
-        fatal(PROGRAM, "--channel is invalid")
-    common.check_sources(PROGRAM, o.nsqd_tcp_address, o.lookupd_http_address)
+        fatal("--channel is invalid")
+    common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address)
     if not o.destination_nsqd_tcp_address:
-        fatal(PROGRAM, "--destination-nsqd-tcp-address required")
-    logger = common.setup_logging(PROGRAM)
-    consumer_cfg, consumer_options = common.build_go_config(PROGRAM, "consumer-opt", o.consumer_opt, logger)
-    _pcfg, producer_options = common.build_go_config(PROGRAM, "producer-opt", o.producer_opt, logger)
-    common.run(lambda: _main(o, consumer_cfg, consumer_options, producer_options, logger))
+        fatal("--destination-nsqd-tcp-address required")
+    consumer_cfg = common.go_config(o.consumer_opt, "consumer-opt")
+    producer_cfg = common.go_config(o.producer_opt, "producer-opt")
+    problem = producer_cfg.validate()
+    if problem is not None:
+        fatal(f"failed creating producer {problem}")
+    common.run(lambda: _main(o, consumer_cfg, producer_cfg))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,14 @@
 Every message is PUBlished to **every** ``--nsqd-tcp-address`` (as upstream). Empty chunks are
 skipped. Publishes are pipelined (a bounded window of unanswered PUBs per nsqd, in input order
 on each connection) instead of upstream's one round trip at a time; ``--rate N`` throttles to N
-messages per second with up to one second of burst. A refused publish is fatal (exit 1), as
-upstream. SIGINT/SIGTERM stop reading, wait for the publishes already sent, and exit 0.
+messages per second with up to one second of burst. SIGINT/SIGTERM stop reading, wait for the
+publishes already sent, and exit 0.
+
+Failures are upstream's (go-nsq's producer): each nsqd is connected at the first message for it
+(so with no input nothing is dialled), and any failure is fatal at once, exit 1, with Go's
+text: ``dial tcp 127.0.0.1:4150: connect: connection refused``, nsqd's ``E_BAD_TOPIC ...``, or
+``not connected`` for a publish whose connection died before the answer. An nsqd that went away
+between two messages is dialled again for the next one.
 
 The last chunk, on purpose unlike upstream: upstream strips the last byte of every chunk
 assuming it is the delimiter, so at end of input without a trailing delimiter it eats a real
@@ -24,11 +30,12 @@ import time
 from collections import deque
 from typing import Any
 
-from ..client import NSQError, Producer
+from ..client import NSQError
 from ..common.flags import Flag, FlagSet
-from ..protocol.names import is_valid_name
-from . import common
+from . import common, golog, gonsq
 from .common import fatal, repeated
+from .goconfig import GoNsqConfig, go_nsq_flag
+from .goerrors import GoError
 
 PROGRAM = "to_nsq"
 WINDOW = 1024  # unanswered PUBs per nsqd before reading more input
@@ -42,8 +49,8 @@ def build_flagset() -> FlagSet:
         Flag("topic", "", "NSQ topic to publish to"),
         Flag("delimiter", "\n", "character to split input from stdin"),
         repeated("nsqd-tcp-address", "destination nsqd TCP address (may be given multiple times)"),
-        repeated("producer-opt", "option to passthrough to nsq.Producer (may be given multiple "
-                 "times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+        go_nsq_flag("producer-opt", "option to passthrough to nsq.Producer (may be given "
+                    "multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
         Flag("rate", 0, "Throttle messages to n/second. 0 to disable", kind="int"),
     )
     return fs
@@ -87,37 +94,35 @@ class TokenBucket:
 
 
 class Publisher:
-    """Sends each message to every producer, keeping a bounded window of unanswered PUBs."""
+    """Sends each message to every producer, keeping a bounded window of unanswered PUBs.
 
-    def __init__(self, topic: str, producers: list[Producer]) -> None:
+    The first failure ends the program on the spot, as upstream's ``log.Fatal(err)`` does.
+    """
+
+    def __init__(self, topic: str, producers: list[gonsq.GoProducer]) -> None:
         self.topic = topic
         self.producers = producers
-        self.window: deque[asyncio.Task[None]] = deque()
-        self.failed: BaseException | None = None
+        self.window: deque[asyncio.Future[None]] = deque()
         self.count = 0
 
     async def publish(self, body: bytes) -> None:
         for producer in self.producers:
-            self.window.append(asyncio.ensure_future(producer.pub(self.topic, body)))
+            try:
+                answer = await producer.publish_async(self.topic, body, on_failure=_fatal)
+            except (GoError, NSQError, OSError) as err:
+                _fatal(err)
+            self.window.append(answer)
         self.count += 1
         while len(self.window) > WINDOW * len(self.producers):
-            await self._settle(self.window.popleft())
-
-    async def _settle(self, task: asyncio.Task[None]) -> None:
-        try:
-            await task
-        except (NSQError, OSError) as err:
-            if self.failed is None:
-                self.failed = err
-            raise
+            await self.window.popleft()
 
     async def flush(self) -> None:
         while self.window:
-            await self._settle(self.window.popleft())
+            await self.window.popleft()
 
-    def cancel(self) -> None:
-        for task in self.window:
-            task.cancel()
+
+def _fatal(err: BaseException) -> None:
+    fatal(str(err))
 
 
 class StdinReader:
@@ -191,44 +196,46 @@ async def read_and_publish(fd: int, delim: int, publisher: Publisher, bucket: To
         stopped.cancel()
 
 
-async def _main(o: Any, options: Any, logger: Any) -> int:
+async def _main(o: Any, cfg: GoNsqConfig) -> int:
     stop = asyncio.Event()
     common.on_signals(lambda _s: stop.set(), *common.TERM_SIGNALS)
-    producers = [Producer(addr, options=options) for addr in o.nsqd_tcp_address]
+    try:
+        options, refusal = common.connection_options(cfg, PROGRAM)
+    except common.StartError as err:
+        fatal(f"failed to create nsq.Producer - {err}")
+    producers = [gonsq.GoProducer(addr, options, refusal) for addr in dict.fromkeys(o.nsqd_tcp_address)]
     publisher = Publisher(o.topic, producers)
     bucket = None
     if o.rate >= 1:
-        logger.info("Throttling messages rate to max:%d/second", o.rate)
+        golog.log(f"Throttling messages rate to max:{o.rate}/second")
         bucket = TokenBucket(o.rate)
-    code = 0
     try:
         await read_and_publish(sys.stdin.fileno(), o.delimiter.encode()[0], publisher, bucket, stop)
-        await publisher.flush()
-    except (NSQError, OSError) as err:
-        logger.critical("%s", err)
-        publisher.cancel()
-        code = 1
-    finally:
-        await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
-    return code
+    except OSError as err:
+        fatal(str(err))
+    await publisher.flush()
+    for producer in producers:
+        await producer.stop()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> None:
-    o = common.Options(common.parse_flags(build_flagset(), sys.argv[1:] if argv is None else argv))
+    gonsq.disable_client_logging()
+    o = common.parse_options(build_flagset(), argv)
     if o.version:
         print(common.version_string(PROGRAM))
         return
     if not o.topic:
-        fatal(PROGRAM, "--topic required")
-    if not is_valid_name(o.topic):
-        fatal(PROGRAM, f"invalid topic name {o.topic!r}")
+        fatal("--topic required")
     if len(o.delimiter.encode()) != 1:
-        fatal(PROGRAM, "--delimiter must be a single byte")
+        fatal("--delimiter must be a single byte")
+    cfg = common.go_config(o.producer_opt, "producer-opt")
+    problem = cfg.validate()
+    if problem is not None and o.nsqd_tcp_address:
+        fatal(f"failed to create nsq.Producer - {problem}")
     if not o.nsqd_tcp_address:
-        fatal(PROGRAM, "--nsqd-tcp-address required")
-    logger = common.setup_logging(PROGRAM)
-    _cfg, options = common.build_go_config(PROGRAM, "producer-opt", o.producer_opt, logger)
-    common.run(lambda: _main(o, options, logger))
+        fatal("--nsqd-tcp-address required")
+    common.run(lambda: _main(o, cfg))
 
 
 if __name__ == "__main__":
