@@ -52,8 +52,9 @@ def _client_id() -> str:
     return f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
 
-async def read_lease(spec: LeaseSpec, cfg: Any, replay: bool) -> list[MessageBatch]:
-    """The messages of the lease (see the module docstring), as the reads they came in."""
+async def read_lease(spec: LeaseSpec, cfg: Any, replay: bool) -> tuple[list[MessageBatch], str]:
+    """The messages of the lease (see the module docstring), as the reads they came in, and the
+    state nsqd answered (``new``, ``joined`` or ``replay``)."""
     host, port = parse_address(spec.tcp)
     settings = cfg.connection
     extra: dict[str, Any] = {"lease": spec.lease}
@@ -109,13 +110,13 @@ async def read_lease(spec: LeaseSpec, cfg: Any, replay: bool) -> list[MessageBat
         raise LeaseReadError(f"reading lease {spec.lease} at {spec.tcp} failed: {reason}") from err
     finally:
         conn.close()
-    return batches
+    return batches, str(lease.get("state"))
 
 
 def read_partition(spec: LeaseSpec, cfg: Any, replay: bool, schema: Any) -> Any:
     """The partition as one Arrow record batch (or None when the lease read nothing)."""
     started = time.monotonic()
-    batches = asyncio.run(read_lease(spec, cfg, replay))
+    batches, state = asyncio.run(read_lease(spec, cfg, replay))
     ids: list[bytes] = []
     bodies: list[bytes] = []
     timestamps: list[int] = []
@@ -125,8 +126,8 @@ def read_partition(spec: LeaseSpec, cfg: Any, replay: bool, schema: Any) -> Any:
         bodies += b.bodies
         timestamps += b.timestamps
         attempts += b.attempts
-    log.info("nsq source: lease %s at %s%s: %d rows in %.3fs (pid %d)", spec.lease, spec.tcp,
-             " (replay)" if replay else "", len(ids), time.monotonic() - started, os.getpid())
+    log.info("nsq source: lease %s at %s (%s): %d rows in %.3fs (pid %d)", spec.lease, spec.tcp,
+             state, len(ids), time.monotonic() - started, os.getpid())
     if not ids:
         return None
     return record_batch(ids, bodies, timestamps, attempts, spec.tcp, cfg.topic, cfg.channel, schema)
