@@ -162,3 +162,22 @@ def test_driver_side_reader_without_leases_or_when_asked(spark, nsqd_factory, tm
     roles = {role for _, role in identified(nsqd)}
     assert "" in roles and "executor" not in roles
     assert drained(nsqd, topic)
+
+
+@pytest.mark.timeout(120)
+def test_upstream_nsqd_gets_the_driver_side_reader(spark, upstream_nsqd, tmp_path):
+    """Upstream's nsqd does not answer the lease probe: the source falls back to the driver-side
+    reader, with all its guarantees. (``NSQPY_SPARK_NSQD=upstream`` runs the whole suite so.)"""
+    topic = unique_name("up")
+    create_channel(upstream_nsqd.http_address, topic, "spark")
+    bodies = publish_n(upstream_nsqd.tcp_address, topic, 2000)
+    query = (nsq_stream(spark, topic, nsqd=upstream_nsqd, maxBatchSize=700)
+             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "ckpt")))
+    query = start_to_end(query, upstream_nsqd.http_address, topic)
+    assert query.awaitTermination(60)
+    assert query.exception() is None
+    assert sorted(bytes(r.body) for r in spark.read.parquet(str(tmp_path / "out")).collect()) == sorted(bodies)
+    assert drained(upstream_nsqd, topic)
+    roles = {role for _, role in identified(upstream_nsqd)}
+    assert roles == {"", "probe"}  # probed, then read by the driver-side reader
