@@ -72,7 +72,7 @@ def test_driver_killed_after_the_sink_wrote_a_batch_restarts_with_the_same_rows(
     assert (ch["depth"], ch["in_flight_count"], ch["timeout_count"]) == (0, 0, 0)
 
 
-_READ = re.compile(r"\d+ nsqpy\.spark INFO nsq source: lease (\S+) at \S+ \((\w+)\): (\d+) rows .*\(pid (\d+)\)")
+_READ = re.compile(r"\d+ nsqpy\.spark INFO nsq source: lease (\S+) at \S+ \((\w+)\): (\d+) rows .*\(pid (\d+),")
 
 
 def executor_jvms(worker) -> list[int]:

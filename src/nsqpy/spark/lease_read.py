@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import socket
 import time
 from dataclasses import dataclass
@@ -116,6 +117,7 @@ async def read_lease(spec: LeaseSpec, cfg: Any, replay: bool) -> tuple[list[Mess
 def read_partition(spec: LeaseSpec, cfg: Any, replay: bool, schema: Any) -> Any:
     """The partition as one Arrow record batch (or None when the lease read nothing)."""
     started = time.monotonic()
+    peak_before = _peak_rss_mib()
     batches, state = asyncio.run(read_lease(spec, cfg, replay))
     ids: list[bytes] = []
     bodies: list[bytes] = []
@@ -126,8 +128,14 @@ def read_partition(spec: LeaseSpec, cfg: Any, replay: bool, schema: Any) -> Any:
         bodies += b.bodies
         timestamps += b.timestamps
         attempts += b.attempts
-    log.info("nsq source: lease %s at %s (%s): %d rows in %.3fs (pid %d)", spec.lease, spec.tcp,
-             state, len(ids), time.monotonic() - started, os.getpid())
-    if not ids:
-        return None
-    return record_batch(ids, bodies, timestamps, attempts, spec.tcp, cfg.topic, cfg.channel, schema)
+    rows = None if not ids else record_batch(ids, bodies, timestamps, attempts, spec.tcp, cfg.topic,
+                                               cfg.channel, schema)
+    log.info("nsq source: lease %s at %s (%s): %d rows in %.3fs (pid %d, peak RSS %.0f -> %.0f MiB)",
+             spec.lease, spec.tcp, state, len(ids), time.monotonic() - started, os.getpid(),
+             peak_before, _peak_rss_mib())
+    return rows
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident set so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
