@@ -196,6 +196,7 @@ class NSQConnection(asyncio.Protocol):
         self._closed = self.loop.create_future()
         self._last_read = 0.0
         self._read_timer: asyncio.TimerHandle | None = None
+        self._raw_sink: Callable[[bytes], None] | None = None  # see take_raw
 
     def __repr__(self) -> str:
         return f"<NSQConnection {self.address} rdy={self.rdy} in_flight={self.in_flight}>"
@@ -409,6 +410,16 @@ class NSQConnection(asyncio.Protocol):
         self._closed.set_result(None)
         return transport
 
+    def take_raw(self, sink: Callable[[bytes], None]) -> None:
+        """From now on hand every byte nsqd sends (TLS and compression undone) to ``sink``
+        instead of parsing frames here: for a reader that parses a whole stream of messages at
+        once (the Spark source's lease reads, which build Arrow columns from the raw frames).
+        The sink then answers heartbeats (:meth:`nop`) and sees CLOSE_WAIT and error frames."""
+        self._raw_sink = sink
+        if self._buf:
+            rest, self._buf = bytes(self._buf), bytearray()
+            sink(rest)
+
     def nop(self) -> None:
         self.send(NOP)
 
@@ -515,6 +526,9 @@ class NSQConnection(asyncio.Protocol):
             except ValueError as err:
                 self._protocol_failure(err)
                 return
+        if self._raw_sink is not None:
+            self._raw_sink(data)
+            return
         buf = self._buf
         if buf:  # the frames are sliced from bytes: one copy per slice, not two
             buf += data

@@ -22,17 +22,20 @@ import logging
 import os
 import resource
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from nsqpy.client import MessageBatch, NSQConnection, NSQError
+from nsqpy.client import NSQConnection, NSQError
 from nsqpy.client.addr import parse_address
+from nsqpy.protocol.frames import CLOSE_WAIT, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, HEARTBEAT
 
-from .arrow import record_batch
+from .arrow import record_batch_from_frames
 from .options import connection_options
 
 log = logging.getLogger("nsqpy.spark")
+_unpack_frame_head = struct.Struct(">ii").unpack_from
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,60 @@ def _client_id() -> str:
     return f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
 
-async def read_lease(spec: LeaseSpec, cfg: Any, replay: bool) -> tuple[list[MessageBatch], str]:
-    """The messages of the lease (see the module docstring), as the reads they came in, and the
-    state nsqd answered (``new``, ``joined`` or ``replay``)."""
+class FrameStream:
+    """Everything nsqd sends on a lease read after SUB, kept raw: where the message frames are,
+    and the responses that matter (heartbeats are answered, ``CLOSE_WAIT`` ends the read, an
+    error frame fails it). Parsing is one size unpack per frame; the columns are built from the
+    bytes at the end (:func:`~nsqpy.spark.arrow.record_batch_from_frames`)."""
+
+    def __init__(self, nop: Any, progress: asyncio.Event) -> None:
+        self.buf = bytearray()
+        self.pos = 0
+        self.starts: list[int] = []
+        self.sizes: list[int] = []
+        self.close_wait = False
+        self.error: str | None = None
+        self._nop = nop
+        self._progress = progress
+
+    def feed(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, end = self.pos, len(buf)
+        starts, sizes = self.starts.append, self.sizes.append
+        while end - pos >= 8:
+            size, frame_type = _unpack_frame_head(buf, pos)
+            stop = pos + 4 + size
+            if size < 4 or stop > end:
+                if size < 4:
+                    self.error = f"bad frame size {size}"
+                break
+            if frame_type == FRAME_TYPE_MESSAGE:
+                if size < 30:
+                    self.error = "short message frame"
+                    break
+                starts(pos)
+                sizes(size)
+            elif frame_type == FRAME_TYPE_RESPONSE:
+                payload = bytes(buf[pos + 8 : stop])
+                if payload == HEARTBEAT:
+                    self._nop()
+                elif payload == CLOSE_WAIT:
+                    self.close_wait = True
+            else:
+                self.error = bytes(buf[pos + 8 : stop]).decode("utf-8", "replace")
+            pos = stop
+        self.pos = pos
+        self._progress.set()
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+
+async def read_lease(spec: LeaseSpec, cfg: Any, replay: bool) -> tuple[FrameStream, str]:
+    """The lease's messages as raw frames (see the module docstring), and the state nsqd
+    answered (``new``, ``joined`` or ``replay``)."""
     host, port = parse_address(spec.tcp)
     settings = cfg.connection
     extra: dict[str, Any] = {"lease": spec.lease}
@@ -67,71 +121,68 @@ async def read_lease(spec: LeaseSpec, cfg: Any, replay: bool) -> tuple[list[Mess
         user_agent=f"{settings['user_agent']} executor",
         **({} if settings.get("client_id") else {"client_id": _client_id()}),
     )
-    batches: list[MessageBatch] = []
-    received = 0
-    arrived = asyncio.Event()
+    progress = asyncio.Event()
+    conn = NSQConnection(host, port, opts)
+    stream = FrameStream(conn.nop, progress)
+    loop = asyncio.get_running_loop()
 
-    def on_messages(batch: MessageBatch) -> None:
-        nonlocal received
-        batches.append(batch)
-        received += len(batch)
-        arrived.set()
+    async def until(done: Any, timeout: float) -> bool:
+        """Wait for ``done()`` (checked on every arrival) at most ``timeout`` of silence."""
+        while not done():
+            if stream.error is not None or conn.is_closed:
+                return False
+            progress.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await progress.wait()
+            except TimeoutError:
+                return False
+        return True
 
-    conn = NSQConnection(host, port, opts, on_messages=on_messages)
     try:
         answer = await conn.connect()
         lease = answer.get("lease")
         if not isinstance(lease, dict) or lease.get("name") != spec.lease:
             raise LeaseReadError(f"{spec.tcp} does not announce leases any more")
         await conn.subscribe(cfg.topic, cfg.channel)
+        conn.take_raw(stream.feed)
         if lease.get("state") == "replay":
             conn.ready(1)  # the first RDY > 0 sends every held message; never a new one
         else:
             limit = min(spec.limit, int(lease.get("max_rdy_count", spec.limit)))
             conn.ready(limit)
-            loop = asyncio.get_running_loop()
             deadline = loop.time() + max(1.0, 10 * cfg.poll_timeout)
-            while received < limit and not conn.is_closed:
-                arrived.clear()
-                wait = min(cfg.poll_timeout, deadline - loop.time())
-                if wait <= 0:
+            while stream.count < limit and loop.time() < deadline:
+                # quiet for pollTimeoutMs: the channel has nothing more for now
+                if not await until(lambda: stream.count >= limit, cfg.poll_timeout):
                     break
-                try:
-                    async with asyncio.timeout(wait):
-                        await arrived.wait()
-                except TimeoutError:
-                    break  # quiet for pollTimeoutMs: the channel has nothing more for now
-        if conn.is_closed:  # taken over, or nsqd went away: the lease may hold more than we saw
-            raise LeaseReadError(f"{spec.tcp}: connection ended before the read did")
-        answer_cls = await conn.start_close()
-        if answer_cls != b"CLOSE_WAIT":
-            raise LeaseReadError(f"{spec.tcp}: unexpected answer to CLS: {answer_cls!r}")
+        if stream.error is None and not conn.is_closed:
+            conn.send(b"CLS\n")
+            await until(lambda: stream.close_wait, max(5.0, cfg.poll_timeout))
+        if not stream.close_wait:  # taken over, nsqd gone: the lease may hold more than we saw
+            reason = stream.error or conn.close_reason or "no CLOSE_WAIT"
+            raise LeaseReadError(f"{spec.tcp}: the read of lease {spec.lease} ended early: {reason}")
     except (OSError, NSQError, TimeoutError) as err:
+        if isinstance(err, LeaseReadError):
+            raise
         reason = conn.close_reason or err
         raise LeaseReadError(f"reading lease {spec.lease} at {spec.tcp} failed: {reason}") from err
     finally:
         conn.close()
-    return batches, str(lease.get("state"))
+    return stream, str(lease.get("state"))
 
 
 def read_partition(spec: LeaseSpec, cfg: Any, replay: bool, schema: Any) -> Any:
     """The partition as one Arrow record batch (or None when the lease read nothing)."""
     started = time.monotonic()
     peak_before = _peak_rss_mib()
-    batches, state = asyncio.run(read_lease(spec, cfg, replay))
-    ids: list[bytes] = []
-    bodies: list[bytes] = []
-    timestamps: list[int] = []
-    attempts: list[int] = []
-    for b in batches:
-        ids += b.ids
-        bodies += b.bodies
-        timestamps += b.timestamps
-        attempts += b.attempts
-    rows = None if not ids else record_batch(ids, bodies, timestamps, attempts, spec.tcp, cfg.topic,
-                                               cfg.channel, schema)
+    stream, state = asyncio.run(read_lease(spec, cfg, replay))
+    rows = None
+    if stream.count:
+        rows = record_batch_from_frames(stream.buf, stream.starts, stream.sizes, spec.tcp, cfg.topic,
+                                        cfg.channel, schema)
     log.info("nsq source: lease %s at %s (%s): %d rows in %.3fs (pid %d, peak RSS %.0f -> %.0f MiB)",
-             spec.lease, spec.tcp, state, len(ids), time.monotonic() - started, os.getpid(),
+             spec.lease, spec.tcp, state, stream.count, time.monotonic() - started, os.getpid(),
              peak_before, _peak_rss_mib())
     return rows
 
