@@ -12,7 +12,9 @@ messages to take and whether this is a replay (docs/leases.md §8):
   connection that ends any other way (taken over, nsqd gone) fails the task, and Spark's retry
   replays the lease.
 
-Nothing is FINished here: the driver finishes the batch's leases at Spark's commit.
+The frames are kept as nsqd sent them and become Arrow columns at the end, with no Python object
+per message (:func:`~nsqpy.spark.arrow.record_batch_from_frames`). Nothing is FINished here: the
+driver finishes the batch's leases at Spark's commit.
 """
 
 from __future__ import annotations
