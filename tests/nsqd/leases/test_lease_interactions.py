@@ -124,3 +124,18 @@ def test_stats_metrics_and_lease_listing(nsqd_factory):
         ("m/1/0", "c", "closed", 10, 0), ("m/1/1", "c", "closed", 5, 0)]
     peek = get_json(node, f"/channel/peek?topic={topic}&channel=c&state=in_flight&n=100")
     assert len(peek) == 15
+
+
+def test_emptying_the_channel_drops_leased_messages_and_replay_gets_none(nsqd_factory):
+    node = nsqd_factory("--leases")
+    topic = unique_name("empty")
+    make_channel(node, topic)
+    publish(node, topic, 10)
+    lease_read(node, "x/1/0", topic, "c", 10)
+    assert http_request(node, "POST", f"/channel/empty?topic={topic}&channel=c")[0] == 200
+    ch = channel_stats(node, topic, "c")
+    assert (ch["depth"], ch["in_flight_count"], ch["lease_held_count"]) == (0, 0, 0)
+    lease, again = lease_read(node, "x/1/0", topic, "c", 10)
+    assert (lease["state"], lease["held"], again) == ("replay", 0, [])
+    assert http_request(node, "POST", f"/topic/delete?topic={topic}")[0] == 200
+    assert post_json(node, "/lease/fin?name=x/1/0") == (200, {"leases": 1, "messages": 0})
