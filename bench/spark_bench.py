@@ -1,22 +1,33 @@
-"""Spark connector throughput on local Spark against our nsqd (200-byte messages by default).
+"""Spark connector throughput on Spark against our nsqd (200-byte messages by default).
 
-* ``source`` — a pre-filled topic read by ``readStream.format("nsq")`` into a Parquet sink
-  (trigger AvailableNow, so every message is also FINished). Reported: the steady-state rate
-  (rows of the micro-batches after the first two, over the wall time between their ends) and
-  the end-to-end rate including query start-up.
-* ``ceiling`` — the same measurement, in the same SparkSession, of a trivial in-memory Python
-  streaming source (:class:`CeilingSource`) handing out the same rows as ready-made Arrow slices:
-  the most any Python data source gets out of this machine. The nsq source is reported as a ratio
-  of it, for every ``--batch-sizes`` (default 20000, 50000, 100000), the two measured alternately.
-* ``sink`` — ``df.write.format("nsq")`` of a cached DataFrame of bodies, 2 partitions
-  (local[2]); rate = messages / job time, checked against nsqd's ``message_count``.
+Source scenarios, each a pre-filled topic (or in-memory rows) read into a Parquet sink with
+trigger AvailableNow (so every nsq message is also FINished), measured in one SparkSession,
+alternately, ``--rounds`` times per ``--batch-sizes`` value (default 20000, 50000, 100000).
+Reported: the steady-state rate (rows of the micro-batches after the first two, over the wall time
+between their ends) and the end-to-end rate including query start-up.
 
-    python bench/spark_bench.py
-    python bench/spark_bench.py --messages 1000000 --batch-sizes 50000 --mpub-size 5000
-    python bench/spark_bench.py --scenarios source,ceiling --rounds 3
+* ``executor`` — ``format("nsq")`` reading on the executors (``mode=executor``, nsqd with
+  ``--leases``): ``--partitions`` leases per batch (partitionsPerNode; one nsqd).
+* ``driver`` — ``format("nsq")`` with its driver-side reader (``mode=driver``).
+* ``pceiling`` — a trivial in-memory *partitioned* Python source (:class:`PartitionedCeiling`),
+  ``--partitions`` partitions read on the executors, rows handed out as slices of one ready-made
+  Arrow batch per Python worker: the ceiling of executor-side reads.
+* ``ceiling`` — the same rows from a trivial driver-side (Simple) source (:class:`CeilingSource`):
+  the ceiling of the driver-side reader.
+* ``sink`` — ``df.write.format("nsq")`` of a cached DataFrame of bodies, 2 partitions; rate =
+  messages / job time, checked against nsqd's ``message_count``.
 
-A shared 2-vCPU box moves these figures by ±30% between runs; Spark, nsqd and the source's
-runner share the two cores.
+``--cluster N`` runs everything on a standalone cluster started here (a master and N workers of
+one core each, pyspark's own scripts, stopped by PID) instead of local[2]. The executor-side
+reads log their lease, duration and the Python worker's peak RSS (``NSQPY_SPARK_LOG``); the
+largest partition's figures are printed at the end.
+
+    python bench/spark_bench.py --scenarios executor,pceiling,driver,ceiling
+    python bench/spark_bench.py --scenarios executor,pceiling --cluster 2 --batch-sizes 100000
+    python bench/spark_bench.py --scenarios executor --partitions 1 --batch-sizes 100000   # RSS
+
+A shared 2-vCPU box moves these figures by ±30% between runs; Spark, nsqd and the Python
+workers share the two cores.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -50,7 +62,7 @@ def start_nsqd(data: str, max_rdy: int) -> tuple[subprocess.Popen, str, str]:
     proc = subprocess.Popen(
         [str(exe), f"--tcp-address=127.0.0.1:{tcp}", f"--http-address=127.0.0.1:{http}",
          f"--data-path={data}", "--mem-queue-size=100000000", f"--max-rdy-count={max_rdy}",
-         "--log-level=warn"],
+         "--log-level=warn", "--leases"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 15
@@ -87,16 +99,20 @@ def prefill(addr: str, topic: str, n: int, size: int) -> None:
             p.mpub(topic, bodies[: min(5000, n - i)])
 
 
-def build_spark():
+def bench_env() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+
+
+def build_spark(master: str = "local[2]"):
+    bench_env()
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master("local[2]").appName("nsqpy-spark-bench")
+        SparkSession.builder.master(master).appName("nsqpy-spark-bench")
         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "2g")
+        .config("spark.driver.memory", "2g").config("spark.executor.memory", "1g")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -109,7 +125,9 @@ def build_spark():
 # --- the ceiling: a Python streaming source with nothing to do ---------------------------------
 # Defined in __main__, so Spark's cloudpickle ships the classes by value to the runner process.
 
-from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource, DataSourceStreamReader, InputPartition, SimpleDataSourceStreamReader,
+)
 
 from nsqpy.spark._compat import SupportsTriggerAvailableNow  # noqa: E402
 from nsqpy.spark.source import SCHEMA  # noqa: E402
@@ -140,21 +158,7 @@ class CeilingReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _all_rows(self):
         if self._rows is None:  # one Arrow batch of `batch` rows, built once; read() slices it
-            import pyarrow as pa
-
-            from nsqpy.spark.source import arrow_schema
-
-            n = self.batch
-            schema = arrow_schema()
-            self._rows = pa.RecordBatch.from_arrays([
-                pa.array([(b"%010d" % i).ljust(self.size, b"x") for i in range(n)], pa.binary()),
-                pa.array(["%016x" % i for i in range(n)], pa.string()),
-                pa.array([1] * n, pa.int32()),
-                pa.array([time.time_ns() // 1000] * n, pa.int64()).cast(schema.field("timestamp").type),
-                pa.array(["bench"] * n, pa.string()),
-                pa.array(["spark"] * n, pa.string()),
-                pa.array(["127.0.0.1:4150"] * n, pa.string()),
-            ], schema=schema)
+            self._rows = ceiling_rows(self.batch, self.size)
         return self._rows
 
     def initialOffset(self):
@@ -169,6 +173,72 @@ class CeilingReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def readBetweenOffsets(self, start, end):
         return iter([])
+
+    def commit(self, end):
+        pass
+
+    def prepareForTriggerAvailableNow(self):
+        pass
+
+
+def ceiling_rows(n: int, size: int):
+    """``n`` rows of the nsq schema as one Arrow batch (built once per process by the callers)."""
+    import pyarrow as pa
+
+    from nsqpy.spark.arrow import arrow_schema
+
+    schema = arrow_schema()
+    return pa.RecordBatch.from_arrays([
+        pa.array([(b"%010d" % i).ljust(size, b"x") for i in range(n)], pa.binary()),
+        pa.array(["%016x" % i for i in range(n)], pa.string()),
+        pa.array([1] * n, pa.int32()),
+        pa.array([time.time_ns() // 1000] * n, pa.int64()).cast(schema.field("timestamp").type),
+        pa.array(["bench"] * n, pa.string()),
+        pa.array(["spark"] * n, pa.string()),
+        pa.array(["127.0.0.1:4150"] * n, pa.string()),
+    ], schema=schema)
+
+
+class PartitionedCeiling(DataSource):
+    """``format("pceiling")``: ``messages`` rows, ``maxBatchSize`` per batch in ``partitions``
+    partitions, read on the executors."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pceiling"
+
+    def schema(self):
+        return SCHEMA
+
+    def streamReader(self, schema):
+        return PartitionedCeilingReader(int(self.options["messages"]), int(self.options["size"]),
+                                        int(self.options["maxBatchSize"]), int(self.options["partitions"]))
+
+
+class PartitionedCeilingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, total: int, size: int, batch: int, partitions: int) -> None:
+        self.total, self.size, self.batch, self.parts = total, size, batch, partitions
+
+    def initialOffset(self):
+        return {"seq": 0}
+
+    def latestOffset(self, start=None, limit=None):
+        start = start or {"seq": 0}
+        return {"seq": min(self.total, start["seq"] + self.batch)}
+
+    def partitions(self, start, end):
+        n = end["seq"] - start["seq"]
+        share = -(-n // self.parts)
+        return [InputPartition(min(share, n - i * share)) for i in range(self.parts) if n - i * share > 0]
+
+    def read(self, partition):
+        # one ready-made batch per Python worker process (kept on a module every worker has)
+        cache = sys.__dict__.setdefault("_nsqpy_bench_rows", {})
+        key = (partition.value, self.size)
+        if key not in cache:
+            cache.clear()
+            cache[key] = ceiling_rows(partition.value, self.size)
+        return iter([cache[key]])
 
     def commit(self, end):
         pass
@@ -201,7 +271,7 @@ def measure(query, timeout: float, started: float) -> dict:
             "steady_msgs_per_s": steady_rate, "end_to_end_msgs_per_s": rows / total_secs}
 
 
-def bench_source(spark, args, addr: str, http: str, work: Path, batch_size: int) -> dict:
+def bench_source(spark, args, addr: str, http: str, work: Path, batch_size: int, mode: str) -> dict:
     topic = f"bench_src_{int(time.time() * 1000) % 10**9}"
     create_channel(http, topic, "spark")
     t0 = time.perf_counter()
@@ -213,7 +283,8 @@ def bench_source(spark, args, addr: str, http: str, work: Path, batch_size: int)
         spark.readStream.format("nsq").option("nsqd_tcp_addresses", addr).option("nsqd_http_addresses", http)
         .option("topic", topic).option("channel", "spark")
         .option("maxBatchSize", batch_size).option("maxInFlight", args.max_in_flight or 2 * batch_size)
-        .option("pollTimeoutMs", 100).load()
+        .option("pollTimeoutMs", 100).option("mode", mode).option("partitionsPerNode", args.partitions)
+        .load()
         .writeStream.format("parquet").option("path", str(out))
         .option("checkpointLocation", str(work / f"src_ckpt_{topic}")).trigger(availableNow=True).start()
     )
@@ -228,12 +299,12 @@ def bench_source(spark, args, addr: str, http: str, work: Path, batch_size: int)
     return result
 
 
-def bench_ceiling(spark, args, work: Path, batch_size: int) -> dict:
+def bench_ceiling(spark, args, work: Path, batch_size: int, fmt: str) -> dict:
     name = f"ceil_{int(time.time() * 1000) % 10**9}"
     started = time.perf_counter()
     query = (
-        spark.readStream.format("ceiling").option("messages", args.messages).option("size", args.size)
-        .option("maxBatchSize", batch_size).load()
+        spark.readStream.format(fmt).option("messages", args.messages).option("size", args.size)
+        .option("maxBatchSize", batch_size).option("partitions", args.partitions).load()
         .writeStream.format("parquet").option("path", str(work / f"{name}_out"))
         .option("checkpointLocation", str(work / f"{name}_ckpt")).trigger(availableNow=True).start()
     )
@@ -242,37 +313,57 @@ def bench_ceiling(spark, args, work: Path, batch_size: int) -> dict:
     return result
 
 
+SOURCES = ("executor", "pceiling", "driver", "ceiling")
+
+
 def compare(spark, args, addr: str, http: str, work: Path) -> list[dict]:
-    """nsq source and ceiling, alternately, ``rounds`` times per batch size: best of each."""
+    """The source scenarios, alternately, ``rounds`` times per batch size: best of each."""
     table = []
     for batch_size in args.batch_sizes:
-        nsq, ceiling = [], []
+        runs: dict[str, list[dict]] = {name: [] for name in SOURCES if name in args.scenarios}
         for _ in range(args.rounds):
-            if "ceiling" in args.scenarios:
-                ceiling.append(bench_ceiling(spark, args, work, batch_size))
-            if "source" in args.scenarios:
-                nsq.append(bench_source(spark, args, addr, http, work, batch_size))
+            for name in runs:
+                if name in ("executor", "driver"):
+                    runs[name].append(bench_source(spark, args, addr, http, work, batch_size, name))
+                else:
+                    runs[name].append(bench_ceiling(spark, args, work, batch_size, name))
         row: dict = {"batch_size": batch_size}
-        for label, runs in (("nsq", nsq), ("ceiling", ceiling)):
-            if runs:
-                row[label] = max(r["steady_msgs_per_s"] or 0 for r in runs)
-                row[label + "_end_to_end"] = max(r["end_to_end_msgs_per_s"] for r in runs)
-                row[label + "_runs"] = runs
-        if nsq and ceiling and row["ceiling"]:
-            row["ratio"] = row["nsq"] / row["ceiling"]
-        table.append(row)
         line = f"batch {batch_size:>6,}:"
-        if nsq:
-            line += f" nsq {row['nsq']:,.0f} msgs/s"
-            bad = [r for r in nsq if r["parquet_rows"] != args.messages or r["left_in_flight"] or r["left_depth"]]
+        for name, done in runs.items():
+            rates = sorted(r["steady_msgs_per_s"] or 0 for r in done)
+            row[name] = rates[-1]
+            row[name + "_range"] = (rates[0], rates[-1])
+            row[name + "_end_to_end"] = max(r["end_to_end_msgs_per_s"] for r in done)
+            row[name + "_runs"] = done
+            line += f" {name} {rates[0]:,.0f}-{rates[-1]:,.0f}"
+            bad = [r for r in done if "parquet_rows" in r and (r["parquet_rows"] != args.messages
+                                                               or r["left_in_flight"] or r["left_depth"])]
             if bad:
                 line += f" (INCOMPLETE: {[(r['parquet_rows'], r['left_depth'], r['left_in_flight']) for r in bad]})"
-        if ceiling:
-            line += f", ceiling {row['ceiling']:,.0f} msgs/s"
-        if "ratio" in row:
-            line += f", ratio {row['ratio']:.2f}x"
-        print(line + f" (steady, best of {args.rounds})", flush=True)
+        for mine, ceiling in (("executor", "pceiling"), ("driver", "ceiling"), ("executor", "driver")):
+            if row.get(mine) and row.get(ceiling):
+                row[f"{mine}/{ceiling}"] = row[mine] / row[ceiling]
+                line += f", {mine}/{ceiling} {row[mine] / row[ceiling]:.2f}x"
+        print(line + f" msgs/s (steady, range of {args.rounds})", flush=True)
+        table.append(row)
     return table
+
+
+_READ_LOG = re.compile(r"lease (\S+) at \S+ \((\w+)\): (\d+) rows in ([0-9.]+)s \(pid (\d+), "
+                       r"peak RSS ([0-9.]+) -> ([0-9.]+) MiB\)")
+
+
+def read_figures(log: Path) -> dict:
+    """The executor-side reads the Python workers logged: count, the largest partition's rows,
+    read time and the peak RSS of a worker after reading it."""
+    reads = [m.groups() for m in _READ_LOG.finditer(log.read_text(errors="replace"))] if log.exists() else []
+    if not reads:
+        return {}
+    rows = max(int(r[2]) for r in reads)
+    biggest = [r for r in reads if int(r[2]) == rows]
+    return {"reads": len(reads), "largest_partition_rows": rows,
+            "read_seconds": sorted(float(r[3]) for r in biggest),
+            "peak_rss_mib_before_after": sorted((float(r[5]), float(r[6])) for r in biggest)[-1]}
 
 
 def bench_sink(spark, args, addr: str, http: str) -> dict:
@@ -304,26 +395,47 @@ def main() -> None:
     ap.add_argument("--max-rdy-count", type=int, default=2500, help="nsqd --max-rdy-count")
     ap.add_argument("--mpub-size", type=int, default=2000, help="sink mpubSize")
     ap.add_argument("--sink-runs", type=int, default=3)
-    ap.add_argument("--scenarios", default="source,ceiling,sink")
+    ap.add_argument("--scenarios", default="executor,pceiling,driver,ceiling,sink")
+    ap.add_argument("--partitions", type=int, default=2, help="partitions per batch (executor, pceiling)")
+    ap.add_argument("--cluster", type=int, default=0, help="run on a standalone cluster of this many 1-core workers")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", action="store_true", help="print results as one JSON line")
     args = ap.parse_args()
     args.batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x]
     from nsqpy.spark._compat import HAS_AVAILABLE_NOW
 
-    if not HAS_AVAILABLE_NOW and ("source" in args.scenarios or "ceiling" in args.scenarios):
+    args.scenarios = set(args.scenarios.split(","))
+    sources = [name for name in SOURCES if name in args.scenarios]
+    if not HAS_AVAILABLE_NOW and sources:
         raise SystemExit("the source benchmark uses trigger(availableNow=True): PySpark >= 4.2")
 
     work = Path(tempfile.mkdtemp(prefix="spark_bench_"))
     (work / "nsqd").mkdir()
+    reads_log = work / "reads.log"
+    os.environ["NSQPY_SPARK_LOG"] = str(reads_log)  # the Python workers log each lease read
     proc, addr, http = start_nsqd(str(work / "nsqd"), args.max_rdy_count)
     spark = None
     results: dict = {}
+    cluster: list = []
     try:
-        spark = build_spark()
-        if "source" in args.scenarios or "ceiling" in args.scenarios:
+        master = "local[2]"
+        if args.cluster:
+            bench_env()
+            sys.path.insert(0, str(ROOT / "tests"))
+            from spark.spark_procs import start_master, start_worker
+
+            cluster.append(start_master(work / "cluster"))
+            master = f"spark://127.0.0.1:{cluster[0].port}"
+            for i in range(args.cluster):
+                cluster.append(start_worker(work / "cluster" / f"w{i}", master, cores=1, memory="1500m"))
+        spark = build_spark(master)
+        if sources:
             spark.dataSource.register(CeilingSource)
+            spark.dataSource.register(PartitionedCeiling)
             results["source"] = compare(spark, args, addr, http, work)
+            results["reads"] = read_figures(reads_log)
+            if results["reads"]:
+                print(f"executor-side reads: {results['reads']}", flush=True)
         if "sink" in args.scenarios:
             results["sink"] = bench_sink(spark, args, addr, http)
             print(f"sink:   {results['sink']['best_msgs_per_s']:,.0f} msgs/s (best of {args.sink_runs}: "
@@ -331,6 +443,8 @@ def main() -> None:
     finally:
         if spark is not None:
             spark.stop()
+        for jvm in reversed(cluster):
+            jvm.stop()
         proc.terminate()
         try:
             proc.wait(15)

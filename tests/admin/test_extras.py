@@ -231,3 +231,41 @@ def test_aggregates_sum_only_the_nodes_that_report_a_counter():
     none.add(_node_stats(4, {}))
     assert not set(LIFECYCLE) & set(none.to_json()) and not set(LIFECYCLE) & set(
         none.to_json()["channels"][0])
+
+
+def _lease_read(node, name: str, topic: str, channel: str, n: int) -> None:
+    """Read ``n`` messages under a consumption lease and close: the lease holds them."""
+    w = Wire(node.tcp_address)
+    try:
+        assert w.identify(feature_negotiation=True, lease=name)["lease"]["state"] == "new"
+        w.sub(topic, channel, rdy=n)
+        for _ in range(n):
+            w.read_message()
+    finally:
+        w.close()
+
+
+def test_leases_in_api_and_on_channel_and_topic_pages(nsqd_factory, admin_for, page):
+    a, b = nsqd_factory("--leases"), nsqd_factory("--leases")
+    admin = admin_for(a, b)
+    topic, channel = unique_name("lease"), "spark"
+    for node in (a, b):
+        _create_channel(node, topic, channel)
+        Wire(node.tcp_address).mpub(topic, [b"m%d" % i for i in range(10)])
+    _lease_read(a, "q/1/0", topic, channel, 4)
+    _lease_read(a, "q/1/1", topic, channel, 3)
+    _lease_read(b, "q/1/0", topic, channel, 5)
+
+    doc = request(f"{admin.url}/api/topics/{topic}/{channel}").json()
+    assert (doc["lease_count"], doc["lease_held_count"], doc["in_flight_count"]) == (3, 12, 12)
+    by_node = {n["node"]: n for n in doc["nodes"]}
+    assert (by_node[a.http_address]["lease_count"], by_node[b.http_address]["lease_held_count"]) == (2, 5)
+    assert doc["lease_oldest_ms"] == max(n["lease_oldest_ms"] for n in doc["nodes"])
+    assert "lease_count" not in request(f"{admin.url}/api/topics/{topic}").json()
+
+    page.goto(f"{admin.url}/topics/{topic}/{channel}")
+    expect(page.get_by_role("columnheader", name="Leases")).to_be_visible()
+    expect(page.locator('tr.total td[data-key="lease_held_count"]')).to_have_text("12")
+    expect(page.locator(f'tr[data-node="{b.http_address}"] td[data-key="lease_count"]')).to_have_text("1")
+    page.goto(f"{admin.url}/topics/{topic}")
+    expect(page.locator(f'tr[data-channel="{channel}"] td[data-key="lease_count"]')).to_have_text("3")

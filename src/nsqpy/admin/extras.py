@@ -1,7 +1,8 @@
 """nsqpy-only nsqd /stats fields that nsqadmin passes on, each only when some nsqd reports it.
 
 nsqd adds ``dead_letter_count``/``expired_count``/``dropped_count`` to a channel (and
-``dropped_count`` to a topic) only when that entity uses a lifecycle control, and the
+``dropped_count`` to a topic) only when that entity uses a lifecycle control, the ``lease_*``
+keys to a channel only while it has leases, and the
 ``replication``/``replicas`` top-level keys only with replication on (docs/operations.md,
 docs/replication.md). nsqadmin follows the same rule so that, with no feature in use, its API
 JSON stays upstream v1.3.0's key for key: a count is summed over the nodes that report it and
@@ -13,18 +14,23 @@ from __future__ import annotations
 from typing import Any
 
 LIFECYCLE_KEYS = ("dead_letter_count", "expired_count", "dropped_count")
+#: a channel's consumption leases (nsqd ``--leases``, docs/leases.md): count, messages held, age
+#: of the oldest in ms; summed over nodes like the counters, except the age (the largest)
+LEASE_KEYS = ("lease_count", "lease_held_count", "lease_oldest_ms")
+_LARGEST = frozenset({"lease_oldest_ms"})
 REPLICATION_KEYS = ("replication", "replicas")
 
 
 def read_lifecycle(raw: dict[str, Any]) -> dict[str, int]:
-    """The lifecycle counters one nsqd reported for a topic or channel (often none)."""
-    return {k: int(raw[k]) for k in LIFECYCLE_KEYS if k in raw}
+    """The lifecycle and lease counters one nsqd reported for a topic or channel (often none)."""
+    return {k: int(raw[k]) for k in LIFECYCLE_KEYS + LEASE_KEYS if k in raw}
 
 
 def add_lifecycle(mine: dict[str, int], theirs: dict[str, int]) -> None:
-    """Sum ``theirs`` into ``mine``; a key absent everywhere stays absent."""
+    """Sum ``theirs`` into ``mine`` (the oldest lease: the larger age); a key absent everywhere
+    stays absent."""
     for key, value in theirs.items():
-        mine[key] = mine.get(key, 0) + value
+        mine[key] = max(mine.get(key, 0), value) if key in _LARGEST else mine.get(key, 0) + value
 
 
 def read_replication(doc: dict[str, Any]) -> dict[str, Any]:

@@ -60,6 +60,9 @@ class ConnectionOptions:
     #: answers to messages whose handler asks for the default delay (REQ -1 in go-nsq)
     default_requeue_delay: float = 90.0
     max_requeue_delay: float = 900.0
+    #: extra IDENTIFY fields for a server extension, e.g. nsqpy's consumption leases
+    #: (``{"lease": "run/1/0"}``, docs/leases.md); upstream nsqd ignores fields it does not know
+    identify_extra: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.snappy and self.deflate:
@@ -86,6 +89,8 @@ class ConnectionOptions:
             "deflate": self.deflate,
             "deflate_level": self.deflate_level,
         }
+        if self.identify_extra:
+            body.update(self.identify_extra)
         return body
 
     def effective_read_timeout(self) -> float | None:

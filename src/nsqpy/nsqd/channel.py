@@ -225,6 +225,8 @@ class Channel:
 
     def finish(self, client: Consumer, mid: bytes) -> None:
         entry = client.in_flight.pop(mid, None)
+        if entry is None and client.lease is not None:
+            entry = client.lease.pop(mid)  # received by another connection of the same lease
         if entry is None:
             raise ClientError(E_FIN_FAILED, f"FIN {mid.decode(errors='replace')} failed "
                               f"{self._owner_error(client, mid)}")
@@ -266,6 +268,8 @@ class Channel:
 
     def requeue_in_flight(self, client: Consumer, mid: bytes, delay: float) -> None:
         entry = client.in_flight.pop(mid, None)
+        if entry is None and client.lease is not None:
+            entry = client.lease.pop(mid)
         if entry is None:
             raise ClientError(E_REQ_FAILED, f"REQ {mid.decode(errors='replace')} failed "
                               f"{self._owner_error(client, mid)}")
@@ -280,6 +284,31 @@ class Channel:
             self.requeue([msg])
         else:
             heapq.heappush(self.deferred, (_monotonic() + delay, next(_seq), msg))
+
+    def finish_entries(self, entries: list[tuple]) -> None:
+        """In-flight entries finished away from any connection (a lease's group FIN): what a
+        FIN does besides the pop, for each (the replication peer is told, latency sampled)."""
+        replicator = self.nsqd.replicator
+        if replicator is not None:
+            for entry in entries:
+                replicator.finished(self, entry[0])
+        e2e = self.e2e
+        if e2e is not None:
+            now_ns = _time_ns()
+            for entry in entries:
+                e2e.add(now_ns - entry[2])
+
+    def requeue_entries(self, entries: list[tuple]) -> None:
+        """In-flight entries requeued away from any connection (a lease's group requeue), as
+        REQ 0 requeues one: attempts counted, dead-lettered at the channel's max attempts."""
+        msgs = [entry[:4] for entry in entries]
+        self.requeue_count += len(msgs)
+        if self.nsqd.replicator is not None:
+            self.nsqd.replicator.attempts(self, msgs)
+        if self.max_attempts:
+            msgs = self.nsqd.lifecycle.spent(self, msgs)
+        self.requeue(msgs)
+        self.dispatch()
 
     def touch(self, client: Consumer, mid: bytes) -> None:
         entry = client.in_flight.pop(mid, None)
@@ -338,7 +367,8 @@ class Channel:
         except ValueError:
             return
         if client.in_flight:
-            if self.requeue_on_disconnect and not self.exiting:
+            # a leased connection's messages belong to its lease: they stay in flight
+            if self.requeue_on_disconnect and not self.exiting and client.lease is None:
                 self.nsqd.lifecycle.requeue_disconnected(self, client.in_flight)
             else:
                 self.orphans.append(client.in_flight)
@@ -359,7 +389,7 @@ class Channel:
         """Drop queued, deferred and in-flight messages; consumers stay connected."""
         self.mem.clear()
         self.deferred.clear()
-        self.orphans.clear()
+        self._clear_orphans()
         self.due_after_restart.clear()
         for client in self.clients:
             client.in_flight.clear()
@@ -402,13 +432,20 @@ class Channel:
             self.nsqd.logger.error("channel(%s:%s): failed to close - %s", self.topic_name, self.name, err)
         self.clients.clear()
 
+    def _clear_orphans(self) -> None:
+        """Drop the orphans' messages in their dicts (a lease may still refer to one)."""
+        for orphan in self.orphans:
+            orphan.clear()
+        self.orphans.clear()
+
     def delete(self) -> None:
         self.exiting = True
         for client in list(self.clients):
+            client.in_flight.clear()
             client.close_connection()
         self.clients.clear()
         self.mem.clear()
         self.deferred.clear()
-        self.orphans.clear()
+        self._clear_orphans()
         self.backend.delete()
         write_deferred_sidecar(self.nsqd.data_path, self.queue_name, {})

@@ -2,7 +2,7 @@
 
 The core (``NSQD``, ``Topic``, ``Channel``) never imports a feature. A feature that needs to act
 inside a message path registers an object on the ``NSQD`` at start-up (``nsqd.lifecycle``,
-``nsqd.replicator``, ``nsqd.replicas``, ``nsqd.auth``) or appends to one of its lists
+``nsqd.replicator``, ``nsqd.replicas``, ``nsqd.auth``, ``nsqd.leases``) or appends to one of its lists
 (``nsqd.http_routes``); the core calls it through the small protocols below, and only when the
 feature is on (a plain attribute test on the hot paths). So the arrows point from the features
 to the core, and a reader of the core sees here everything a feature can change.
@@ -47,10 +47,19 @@ class Consumer(Protocol):
     message_count: int
     finish_count: int
     requeue_count: int
+    #: the consumption lease it reads under (``Lease``), None for every upstream client
+    lease: "Lease | None"
 
     def schedule_flush(self) -> None: ...
 
     def close_connection(self) -> None: ...
+
+
+class Lease(Protocol):
+    """A consumption lease as a channel sees it (``nsqd.leases.lease.Lease``; docs/leases.md):
+    its connections may FIN or REQ a message another connection of the lease received."""
+
+    def pop(self, mid: bytes) -> tuple | None: ...
 
 
 class Host(Protocol):
@@ -62,6 +71,7 @@ class Host(Protocol):
     data_path: str
     lifecycle: "Lifecycle"
     replicator: "Replication | None"
+    leases: Any  # nsqd.leases.registry.Leases with --leases, else None
     holding_delivery: bool
 
     def make_backend(self, name: str, ephemeral: bool) -> Any: ...

@@ -1,7 +1,7 @@
 """``nsqd`` console script: the whole command line, then the daemon until SIGINT/SIGTERM, exit 0.
 
 The command line is upstream's flags (``options.py``) plus each feature's own, marked as nsqpy
-additions: the lifecycle controls, replication and Prometheus ``/metrics``.
+additions: the lifecycle controls, replication, leases and Prometheus ``/metrics``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import sys
 from ..common import daemon
 from ..common.flags import FlagError, FlagSet, reject_unimplemented
 from ..common.log import make_logger
+from .leases.options import lease_flags, validate_leases
 from .lifecycle.options import lifecycle_flags, validate_lifecycle
 from .options import Options, check_options, normalize_argv, upstream_flagset
 from .replication.options import replication_flags
@@ -20,7 +21,7 @@ from .stats.prometheus import metrics_flags
 
 def build_flagset() -> FlagSet:
     fs = upstream_flagset()
-    fs.add(*replication_flags(), *metrics_flags(), *lifecycle_flags())
+    fs.add(*replication_flags(), *metrics_flags(), *lifecycle_flags(), *lease_flags())
     return fs
 
 
@@ -35,6 +36,7 @@ def parse_options(argv: list[str]) -> Options:
     reject_unimplemented(fs, explicit, values)
     check_options(values, explicit)
     validate_lifecycle(values, explicit)
+    validate_leases(values)
     return Options(values, explicit)
 
 

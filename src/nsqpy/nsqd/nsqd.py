@@ -71,6 +71,7 @@ class NSQD:
         self.auth: Any = None  # v2.auth.AuthClient with --auth-http-address
         self.replicator: Replication | None = None  # with --replicate-to (replication/origin.py)
         self.replicas: Any = None  # replication.peer.ReplicaHost with --accept-replicas
+        self.leases: Any = None  # leases.registry.Leases with --leases (docs/leases.md)
         #: a returning replicating origin delivers nothing until it has reconciled with its peer
         self.holding_delivery = False
         self.lookup = LookupdPeers(options.lookupd_tcp_address, self.lookupd_identity,
@@ -332,7 +333,9 @@ class NSQD:
             now = time.monotonic()
             for topic in list(self.topics.values()):
                 for channel in list(topic.channels.values()):
-                    if channel.deferred or channel.clients:
+                    # orphans too: a closed connection's (or a lease's) messages time out
+                    # whether or not anyone is still subscribed
+                    if channel.deferred or channel.clients or channel.orphans:
                         channel.scan(now)
 
     async def _backend_loop(self) -> None:

@@ -4,7 +4,7 @@ Everything nsqd runs is started and stopped here, in one readable order (the ord
 log lines): the core (``NSQD``) is opened and loaded, the V2 TCP listener (``v2/``) and the HTTP
 API (``http.py``) are put in front of it, and the features are installed through the core's
 hooks: the lifecycle controls always (their settings can be turned on at run time over HTTP),
-TLS and the auth client with their flags, replication with ``--replicate-to`` or
+TLS and the auth client with their flags, leases with ``--leases``, replication with ``--replicate-to`` or
 ``--accept-replicas``, statsd with ``--statsd-address``.
 """
 
@@ -19,6 +19,7 @@ from .. import version_string
 from ..common.addr import is_unix_socket, join_host_port, listen_socket
 from .http import start_http
 from .lifecycle.controls import install as install_lifecycle
+from .leases.install import install_leases
 from .lifecycle.drain import install_drain_signal
 from .nsqd import NSQD
 from .stats.statsd import start_statsd
@@ -47,6 +48,7 @@ class Server:
         nsqd.auth = AuthClient.from_options(opts, nsqd.logger)
         nsqd.open()
         install_lifecycle(nsqd)
+        install_leases(nsqd)
         if opts.replicate_to or opts.accept_replicas:
             from .replication.setup import setup_replication
 

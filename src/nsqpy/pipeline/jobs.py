@@ -40,6 +40,8 @@ class PipelineConfig:
     trigger: str = "2 seconds"
     max_batch_size: int = 5000
     msg_timeout_ms: int = 30000
+    #: where the source reads: auto (on the executors when every nsqd has leases), executor, driver
+    source_mode: str = "auto"
 
     @property
     def archive(self) -> str:
@@ -61,6 +63,7 @@ def nsq_stream(spark: Any, cfg: PipelineConfig, channel: str) -> Any:
     reader = (
         spark.readStream.format("nsq").option("topic", cfg.topic).option("channel", channel)
         .option("maxBatchSize", cfg.max_batch_size).option("msgTimeoutMs", cfg.msg_timeout_ms)
+        .option("mode", cfg.source_mode)
     )
     if cfg.lookupd_http:
         reader = reader.option("lookupd_http_addresses", ",".join(cfg.lookupd_http))
@@ -231,6 +234,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         nsqd_http=_split(args.nsqd_http_addresses), out=args.out, watermark=args.watermark,
         spam_threshold=args.spam_threshold, trigger=args.trigger, topic=args.topic,
         alerts_topic=args.alerts_topic, max_batch_size=args.max_batch_size,
+        source_mode=args.source_mode,
     )
 
 
@@ -245,6 +249,9 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--spam-threshold", type=int, default=60)
     ap.add_argument("--trigger", default="2 seconds")
     ap.add_argument("--max-batch-size", type=int, default=5000)
+    ap.add_argument("--source-mode", default="auto", choices=["auto", "executor", "driver"],
+                    help="where the nsq source reads: on the executors (nsqd with --leases), on the "
+                         "driver, or auto (executors when every nsqd announces leases)")
 
 
 def main(argv: list[str] | None = None) -> int:

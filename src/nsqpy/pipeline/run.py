@@ -2,8 +2,8 @@
 
     python -m nsqpy.pipeline --events 20000
 
-1. starts nsqlookupd and nsqd (``--nsqd-nodes``, registered with it) unless
-   ``--lookupd-http-addresses`` points at a running cluster;
+1. starts nsqlookupd and nsqd (``--nsqd-nodes``, registered with it, with ``--leases`` so the
+   source reads on the executors) unless ``--lookupd-http-addresses`` points at a running cluster;
 2. creates topic ``clicks`` with channels ``archive``, ``metrics`` and ``spam_analysis`` (so
    no channel misses the first events) and ``alerts`` with channel ``pipeline_check``;
 3. starts ``nsq_to_file`` on channel ``archive`` (or, with ``--archive spark``, a Spark query
@@ -85,7 +85,8 @@ class LocalCluster:
                 data.mkdir(exist_ok=True)
                 self._start([str(bindir / "nsqd"), f"--tcp-address=127.0.0.1:{tcp}",
                              f"--http-address=127.0.0.1:{http}", f"--data-path={data}",
-                             "--broadcast-address=127.0.0.1", f"--lookupd-tcp-address=127.0.0.1:{ltcp}"],
+                             "--broadcast-address=127.0.0.1", f"--lookupd-tcp-address=127.0.0.1:{ltcp}",
+                             "--leases"],  # so the Spark source reads on the executors
                             f"http://127.0.0.1:{http}/ping", root / f"nsqd{i}.log")
                 self.nsqd.append((f"127.0.0.1:{tcp}", f"127.0.0.1:{http}"))
         except BaseException:

@@ -25,6 +25,9 @@ E_DPUB_FAILED = "E_DPUB_FAILED"
 E_FIN_FAILED = "E_FIN_FAILED"
 E_REQ_FAILED = "E_REQ_FAILED"
 E_TOUCH_FAILED = "E_TOUCH_FAILED"
+# nsqpy consumption leases (docs/leases.md), sent only to a client that named a lease
+E_BAD_LEASE = "E_BAD_LEASE"
+E_LEASE_ENDED = "E_LEASE_ENDED"
 
 
 class ProtocolError(Exception):

@@ -37,8 +37,23 @@ def register(spark: Any) -> None:
     from . import guard
     from .source import NsqDataSource
 
-    spark.dataSource.register(NsqDataSource)
+    parallelism = _parallelism(spark)
+    source = NsqDataSource
+    if parallelism is not None and parallelism != NsqDataSource.default_parallelism:
+        # a per-session class (pickled by value to Spark's Python workers) that carries the
+        # executors' core count, the default number of partitions of the executor-side source
+        source = type("NsqDataSource", (NsqDataSource,), {"default_parallelism": parallelism,
+                                                           "__module__": NsqDataSource.__module__})
+    spark.dataSource.register(source)
     guard.install(spark)
+
+
+def _parallelism(spark: Any) -> int | None:
+    """The session's default parallelism (the executors' cores), None over Spark Connect."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # Spark Connect has no SparkContext
+        return None
 
 
 def stop_when_drained(query: Any, options: Any, timeout: float | None = None, **kwargs: Any) -> bool:

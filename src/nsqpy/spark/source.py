@@ -73,6 +73,7 @@ from nsqpy.client.lookupd import ACCEPT, lookup_url
 from nsqpy.protocol.names import is_valid_name
 
 from ._compat import SupportsTriggerAvailableNow
+from .arrow import arrow_schema, record_batch
 from .options import CONNECTION_KEYS, Options, connection_options, connection_settings
 
 log = logging.getLogger("nsqpy.spark")
@@ -100,7 +101,10 @@ SOURCE_KEYS = {
     "maxBatchSize", "pollTimeoutMs", "maxInFlight", "connectionsPerNode", "msgTimeoutMs",
     "touchIntervalMs", "outputBufferSize", "outputBufferTimeoutMs", "lookupdPollIntervalMs",
     "availableNowIdleTimeoutMs", "startTimeoutMs", "reconnectIntervalMs",
+    "mode", "partitionsPerNode", "leaseTimeoutMs",
 }
+#: ``mode``: where the source reads (docs/spark.md, "Two modes")
+MODES = ("auto", "executor", "driver")
 # enough for maxInFlight 2 x 80k under nsqd's default max_rdy_count (2500): batches above ~40k were
 # capped by in-flight room (mean ~36k asked 50k) with 32
 MAX_CONNECTIONS_PER_NODE = 64
@@ -131,6 +135,9 @@ class SourceConfig:
     start_timeout: float
     reconnect_interval: float
     connection: dict[str, Any] = field(default_factory=dict)
+    mode: str = "auto"
+    partitions_per_node: int = 0  # 0 = the executors' cores over the nodes
+    lease_timeout: float = 120.0
 
     @classmethod
     def from_options(cls, raw: Any) -> SourceConfig:
@@ -168,11 +175,29 @@ class SourceConfig:
             start_timeout=opts.get_int("startTimeoutMs", 10000, 0) / 1000.0,
             reconnect_interval=opts.get_int("reconnectIntervalMs", 1000, 10) / 1000.0,
             connection=connection_settings(opts),
+            mode=_mode(opts.get("mode") or "auto"),
+            partitions_per_node=opts.get_int("partitionsPerNode", 0, 0),
+            lease_timeout=opts.get_int("leaseTimeoutMs", 120000, 1000) / 1000.0,
         )
 
 
+def _mode(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in MODES:
+        raise ValueError(f"nsq option 'mode' must be one of {', '.join(MODES)}, not {text!r}")
+    return mode
+
+
 class NsqDataSource(DataSource):
-    """``format("nsq")``: streaming source (:class:`NsqStreamReader`) and batch/streaming sink."""
+    """``format("nsq")``: streaming source and batch/streaming sink.
+
+    The source reads on the executors (:class:`~nsqpy.spark.partitioned.NsqPartitionedReader`)
+    when every nsqd has leases, else on the driver (:class:`NsqStreamReader`); ``mode`` forces
+    either (:mod:`nsqpy.spark.mode`)."""
+
+    #: partitions per nsqd by default = this over the nodes; :func:`nsqpy.spark.register` sets it
+    #: to the session's parallelism (the executors' cores) on the class it registers
+    default_parallelism = 2
 
     @classmethod
     def name(cls) -> str:
@@ -180,14 +205,28 @@ class NsqDataSource(DataSource):
 
     def schema(self) -> StructType:
         # only reads ask for a schema (writes get the DataFrame's): check the source options
-        # here, on load(), rather than later in the query's runner
-        SourceConfig.from_options(self.options)
+        # here, on load(), rather than later in the query's runner; and choose the reader here,
+        # once, since this instance is what the runner and the planner both get
+        self._reader_mode(SourceConfig.from_options(self.options))
         return SCHEMA
+
+    def _reader_mode(self, cfg: SourceConfig) -> str:
+        mode = self.__dict__.get("_mode")
+        if mode is None:
+            from .mode import choose_mode
+
+            mode = self._mode = choose_mode(cfg)
+        return mode
 
     def simpleStreamReader(self, schema: StructType) -> NsqStreamReader:
         return NsqStreamReader(SourceConfig.from_options(self.options))
 
     def streamReader(self, schema: StructType) -> Any:
+        cfg = SourceConfig.from_options(self.options)
+        if self._reader_mode(cfg) == "executor":
+            from .partitioned import NsqPartitionedReader
+
+            return NsqPartitionedReader(cfg, type(self).default_parallelism)
         # the Simple reader is the one whose read() runs where the connections live
         raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"})
 
@@ -257,27 +296,6 @@ class NsqStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._rt is not None:
             self._rt.close()
             self._rt = None
-
-
-def arrow_schema() -> Any:
-    """SCHEMA in Arrow, as every PySpark 4.x expects record batches (timestamps in UTC).
-
-    Built here rather than with PySpark's ``to_arrow_schema``, whose time-zone argument was
-    renamed between 4.1 and 4.2.
-    """
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    return pa.schema(
-        [
-            ("body", pa.binary()),
-            ("id", pa.string()),
-            ("attempts", pa.int32()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-            ("topic", pa.string()),
-            ("channel", pa.string()),
-            ("nsqd_address", pa.string()),
-        ]
-    )
 
 
 # --- backlog for AvailableNow ---------------------------------------------------------------
@@ -696,9 +714,6 @@ class _SourceRuntime:
 
     def _to_arrow(self, batches: list[MessageBatch]) -> Any:
         """One Arrow record batch; every column is built from whole lists by Arrow itself."""
-        import pyarrow as pa  # type: ignore[import-untyped]
-        import pyarrow.compute as pc  # type: ignore[import-untyped]
-
         ids: list[bytes] = []
         bodies: list[bytes] = []
         timestamps: list[int] = []
@@ -710,19 +725,8 @@ class _SourceRuntime:
             timestamps += b.timestamps
             attempts += b.attempts
             addresses += [b.conn.address] * len(b.ids)
-        n = len(ids)
-        cfg = self.cfg
-        ns = pa.array(timestamps, pa.int64())
-        arrays = [
-            pa.array(bodies, pa.binary()),
-            pa.array(ids, pa.binary()).cast(pa.string()),
-            pa.array(attempts, pa.int32()),
-            pc.divide(ns, 1000).cast(self.arrow_schema.field("timestamp").type),
-            pa.repeat(pa.scalar(cfg.topic, pa.string()), n),
-            pa.repeat(pa.scalar(cfg.channel, pa.string()), n),
-            pa.array(addresses, pa.string()),
-        ]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+        return record_batch(ids, bodies, timestamps, attempts, addresses, self.cfg.topic,
+                            self.cfg.channel, self.arrow_schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         upto = int(end.get("seq", 0))

@@ -4,6 +4,7 @@
  *
  *   lifecycle counters  dead_letter_count / expired_count / dropped_count: extra columns on the
  *                       topic and channel pages when any node reports the key
+ *   leases              lease_count / lease_held_count / lease_oldest_ms (nsqd --leases), likewise
  *   replication         the node page's "Replication" section from nsqd's `replication` (origin
  *                       side) and `replicas` (peer side) keys
  */
@@ -13,7 +14,8 @@
   var NSQ = window.NSQ;
   var h = NSQ.h, td = NSQ.td, fmt = NSQ.fmt, badge = NSQ.badge;
   var LIFECYCLE = [['dead_letter_count', '#Dead Lettered'], ['expired_count', '#Expired'],
-    ['dropped_count', '#Dropped']];
+    ['dropped_count', '#Dropped'], ['lease_count', '#Leases'], ['lease_held_count', '#Leased'],
+    ['lease_oldest_ms', 'Oldest Lease (ms)']];
 
   // the lifecycle keys reported by any of `objs`, in a fixed order
   function keys(objs) {

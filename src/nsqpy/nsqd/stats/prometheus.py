@@ -74,6 +74,9 @@ class _Families:
         self.c_deferred = g("nsqd_channel_deferred", "Deferred messages (DPUB, REQ with delay).")
         self.c_clients = g("nsqd_channel_clients", "Consumers connected to the channel.")
         self.c_paused = g("nsqd_channel_paused", "1 when the channel is paused.")
+        self.c_leases = g("nsqd_channel_leases", "Consumption leases on the channel (--leases).")
+        self.c_lease_held = g("nsqd_channel_lease_held",
+                              "In-flight messages held by the channel's leases (--leases).")
         self.c_e2e = exp.family("nsqd_channel_e2e_processing_latency_seconds", "summary",
                                 "End-to-end processing latency quantiles of the channel.")
         self.c_e2e_n = g("nsqd_channel_e2e_processing_latency_samples",
@@ -111,6 +114,9 @@ class _Families:
         self.c_deferred.add(lc, ch["deferred_count"])
         self.c_clients.add(lc, ch["client_count"])
         self.c_paused.add(lc, ch["paused"])
+        if "lease_count" in ch:
+            self.c_leases.add(lc, ch["lease_count"])
+            self.c_lease_held.add(lc, ch["lease_held_count"])
         e2e = ch["e2e_processing_latency"]
         if e2e.get("percentiles"):
             self.c_e2e_n.add(lc, e2e["count"])

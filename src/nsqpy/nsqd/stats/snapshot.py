@@ -116,7 +116,7 @@ def channel_stats(channel: "Channel", include_clients: bool, topic_filter: str =
                if include_clients else None)
     e2e = channel.e2e.result() if channel.e2e is not None else None
     tracked = channel.e2e.percentiles if channel.e2e is not None else None
-    return channel.nsqd.lifecycle.channel_stats(channel, {
+    stats = channel.nsqd.lifecycle.channel_stats(channel, {
         "channel_name": channel.name,
         "depth": channel.depth,
         "backend_depth": channel.backend.depth,
@@ -130,6 +130,10 @@ def channel_stats(channel: "Channel", include_clients: bool, topic_filter: str =
         "paused": channel.paused,
         "e2e_processing_latency": _latency(e2e, tracked),
     })
+    leases = getattr(channel.nsqd, "leases", None)
+    if leases is not None:  # lease_count, lease_held_count, lease_oldest_ms: only with leases
+        leases.channel_stats(channel, stats)
+    return stats
 
 
 def _topic_tracked(topic: "Topic") -> list[float] | None:
@@ -341,6 +345,10 @@ def stats_text(header: str, nsqd: "NSQD", topics: list[dict] | None,
                 f"def: {ch['deferred_count']:<4} re-q: {ch['requeue_count']:<5} "
                 f"timeout: {ch['timeout_count']:<5} msgs: {ch['message_count']:<8} "
                 f"e2e%: {_e2e_text(ch['e2e_processing_latency'])}\n")
+            if "lease_count" in ch:  # nsqpy leases (docs/leases.md), only where there are some
+                lines.append(f"        [leases] count: {ch['lease_count']} "
+                             f"held: {ch['lease_held_count']} "
+                             f"oldest: {format_duration(ch['lease_oldest_ms'] / 1000)}\n")
             for c in ch["clients"] or ():
                 lines.append(f"        {client_line(c, now)}\n")
     if not producers:

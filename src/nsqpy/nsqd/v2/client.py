@@ -131,6 +131,7 @@ class ClientV2:
         self.finish_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        self.lease: Any = None  # nsqd.leases.lease.Lease when IDENTIFY named one (--leases)
         # publishing
         self.pub_counts: dict[str, int] = {}
         # the outbox, wired by the connection: frames appended here go out on the next flush

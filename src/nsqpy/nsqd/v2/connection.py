@@ -157,6 +157,8 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
         if channel is not None:
             client.channel = None
             channel.remove_client(client)
+        if client.lease is not None:
+            self.nsqd.leases.closed(client)  # its messages stay in flight under the lease
         self.transport = None
         self._raw_transport = None
         self._held = self._held_raw = None

@@ -160,6 +160,9 @@ class ProtocolV2:
         opts = nsqd.options
         nsqd.logger.info("[%s] IDENTIFY: %s", client.remote_address, go_identify_text(data))
         client.identify(data, opts)
+        lease = None
+        if "lease" in data and nsqd.leases is not None:  # upstream ignores the field (--leases off)
+            lease = nsqd.leases.identify(client, data)
         if not data.get("feature_negotiation"):
             client.out.append(OK_FRAME)
             return Upgrade()
@@ -174,7 +177,7 @@ class ProtocolV2:
         snappy = bool(opts.snappy and data.get("snappy") and not compressed)
         if deflate and snappy:
             raise FatalError(E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
-        client.out.append(encode_response(orjson.dumps({
+        answer = {
             "max_rdy_count": opts.max_rdy_count,
             "version": NSQ_COMPAT_VERSION,
             "max_msg_timeout": int(opts.max_msg_timeout * 1000),
@@ -188,7 +191,10 @@ class ProtocolV2:
             "auth_required": nsqd.auth is not None,
             "output_buffer_size": client.output_buffer_size,
             "output_buffer_timeout": int(client.output_buffer_timeout * 1000),
-        })))
+        }
+        if lease is not None:
+            answer["lease"] = lease
+        client.out.append(encode_response(orjson.dumps(answer)))
         return Upgrade(tls, snappy, level if deflate else 0)
 
     def auth(self, params: list[bytes], body: bytes) -> None:
@@ -254,6 +260,8 @@ class ProtocolV2:
         if limit and len(channel.clients) >= limit:
             raise FatalError(E_SUB_FAILED,
                              f"SUB failed consumers for {topic_name}:{channel_name} exceeds limit of {limit}")
+        if client.lease is not None:
+            nsqd.leases.subscribe(client, channel)
         channel.add_client(client)
         client.channel = channel
         client.out.append(OK_FRAME)
@@ -266,10 +274,22 @@ class ProtocolV2:
             except ValueError:
                 raise FatalError(E_INVALID, f"RDY could not parse count {arg_text(params[1])}",
                                  BASE10_ERROR) from None
+        client = self.client
+        if client.lease is not None:
+            self._rdy_leased(count)
+            return
         max_rdy = self.nsqd.options.max_rdy_count
         if count < 0 or count > max_rdy:
             raise FatalError(E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
-        self.client.ready_count = count
+        client.ready_count = count
+        self.acked = True
+
+    def _rdy_leased(self, count: int) -> None:
+        """RDY under a lease: its own ceiling, and a replaying connection gets its replay."""
+        max_rdy = self.nsqd.options.max_lease_rdy_count
+        if count < 0 or count > max_rdy:
+            raise FatalError(E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
+        self.client.ready_count = self.nsqd.leases.ready(self.client, count)
         self.acked = True
 
     def rdy_after_cls(self, params: list[bytes], body: None) -> None:
@@ -319,6 +339,9 @@ class ProtocolV2:
         if len(mid) != 16:
             raise FatalError(E_INVALID, "invalid message ID")
         client = self.client
+        if client.lease is not None:
+            self.nsqd.leases.touch(client, mid)  # renews the whole lease
+            return
         client.channel.touch(client, mid)  # type: ignore[union-attr]
 
     def cls(self, params: list[bytes], body: None) -> None:

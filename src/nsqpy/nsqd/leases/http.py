@@ -1,0 +1,85 @@
+"""The lease routes (docs/leases.md §5), served next to upstream's only with ``--leases``.
+
+``POST /lease/fin``, ``/lease/requeue``, ``/lease/touch`` act on ``group=G&upto=N`` (every lease of
+group G with seq <= N: Spark's commit is cumulative) or on one ``name=L``; ``GET /leases`` lists
+them. Errors in upstream's shape, ``{"message": ...}``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from aiohttp import web
+
+from ...common.goweb import ApiError, first_value
+from ..http import Route, _json, _query
+from .names import is_valid_group, parse_name, parse_seq
+
+if TYPE_CHECKING:
+    from ..http import HttpApi
+    from .lease import Lease
+    from .registry import Leases
+
+
+def selected(leases: "Leases", query: dict[str, list[str]]) -> list["Lease"]:
+    """The leases a call names; ApiError when its arguments are bad or nothing matches."""
+    name = first_value(query, "name")
+    group = first_value(query, "group")
+    if name is not None and group is not None:
+        raise ApiError(400, "INVALID_REQUEST")
+    if name is not None:
+        if parse_name(name) is None:
+            raise ApiError(400, "INVALID_LEASE")
+        lease = leases.by_name.get(name)
+        found = [lease] if lease is not None else []
+    else:
+        if group is None:
+            raise ApiError(400, "MISSING_ARG_GROUP")
+        if not is_valid_group(group):
+            raise ApiError(400, "INVALID_GROUP")
+        upto = first_value(query, "upto")
+        if upto is None:
+            raise ApiError(400, "MISSING_ARG_UPTO")
+        seq = parse_seq(upto)
+        if seq is None:
+            raise ApiError(400, "INVALID_ARG_UPTO")
+        found = leases.select(group, seq)
+    if not found:
+        raise ApiError(404, "LEASE_NOT_FOUND")
+    return found
+
+
+def lease_routes(api: "HttpApi") -> list[Route]:
+    leases: "Leases" = api.nsqd.leases
+
+    def action(act: Callable[[list["Lease"]], int]):
+        async def handler(request: web.Request, _: str) -> web.Response:
+            if api.nsqd.exiting:
+                raise ApiError(503, "EXITING")
+            found = selected(leases, _query(request))
+            messages = act(found)
+            return _json({"leases": len(found), "messages": messages})
+        return handler
+
+    async def listing(request: web.Request, _: str) -> web.Response:
+        query = _query(request)
+        group = first_value(query, "group")
+        topic = first_value(query, "topic")
+        channel = first_value(query, "channel")
+        now = time.monotonic()
+        out = []
+        for lease in sorted(leases.by_name.values(), key=lambda lease: lease.created):
+            doc = lease.describe(now)
+            if ((group is None or lease.parts[0] == group)
+                    and (topic is None or doc["topic"] == topic)
+                    and (channel is None or doc["channel"] == channel)):
+                out.append(doc)
+        return _json({"leases": out})
+
+    return [
+        Route("POST", "/lease/fin", action(leases.finish)),
+        Route("POST", "/lease/requeue", action(leases.requeue)),
+        Route("POST", "/lease/touch", action(leases.renew)),
+        Route("GET", "/leases", listing),
+    ]
