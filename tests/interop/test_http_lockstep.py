@@ -14,11 +14,16 @@ from __future__ import annotations
 import os
 import random
 import socket
+import ssl
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from helpers.servers import VENV_BIN, ServerProcess, free_port
+from helpers.wire import Wire
 from interop import http_lockstep as hl
 from nsqpy.nsqd.options import config_key_map
 
@@ -32,8 +37,25 @@ NSQD_FLAGS = ["--max-msg-size=2048", "--max-body-size=8192", "--mem-queue-size=1
 hl.CONFIG_KEYS[:] = sorted(config_key_map())
 
 
+#: the TCP clients each nsqd has for the whole run, so /stats shows consumers and producers
+#: (names the random requests never use; a thread answers their heartbeats)
+TCP_TOPIC, TCP_CHANNEL = "tcp_t", "tcp_c"
+IDENTITY = {"client_id": "lockstep", "hostname": "lockstep", "user_agent": "lockstep/1.0"}
+
+
+def _keep_alive(wire: Wire) -> None:
+    """Read (and so answer heartbeats) until the connection closes."""
+    wire.sock.settimeout(None)
+    try:
+        while True:
+            wire.read_frame()
+    except OSError:
+        pass
+
+
 class Side:
-    """One cluster: nsqlookupd and an nsqd registered with it, from one binary directory."""
+    """One cluster: nsqlookupd and an nsqd registered with it, from one binary directory, and
+    a consumer (RDY 0) and a producer connected to the nsqd over TCP."""
 
     def __init__(self, name: str, bin_dir: Path, tmp: Path) -> None:
         self.name = name
@@ -52,6 +74,14 @@ class Side:
                  f"--http-address=127.0.0.1:{p['nsqd_http']}", f"--data-path={data}",
                  f"--lookupd-tcp-address=127.0.0.1:{p['lookupd_tcp']}", *NSQD_FLAGS],
                 f"http://127.0.0.1:{p['nsqd_http']}/ping", data / "nsqd.log"))
+            self.wires = [Wire(f"127.0.0.1:{p['nsqd_tcp']}") for _ in range(2)]
+            consumer, producer = self.wires
+            for wire in self.wires:
+                wire.identify(**IDENTITY)
+            consumer.sub(TCP_TOPIC, TCP_CHANNEL, rdy=0)
+            producer.pub(TCP_TOPIC, b"over tcp")
+            for wire in self.wires:
+                threading.Thread(target=_keep_alive, args=(wire,), daemon=True).start()
         except BaseException:
             self.stop()
             raise
@@ -74,6 +104,12 @@ class Side:
         return hl.parse(hl.send(port, mine.encode(port)))
 
     def stop(self) -> None:
+        for wire in getattr(self, "wires", ()):
+            try:
+                wire.sock.shutdown(socket.SHUT_RDWR)  # (ends its keep-alive thread)
+            except OSError:
+                pass
+            wire.close()
         for proc in reversed(self.procs):
             proc.stop()
 
@@ -122,7 +158,7 @@ def every_route() -> list[hl.Request]:
         q = f"?topic={name}"
         out += [R("nsqd", "POST", "/topic/create" + q, b""), R("nsqd", "POST", "/pub" + q, b"m"),
                 R("nsqd", "POST", f"/channel/create{q}&channel={name}", b"")]
-    for path in ["/pub?topic=t1", "/pub?topic=t1&defer=1000", "/pub?topic=t1&defer=-1",
+    for path in ["/pub?topic=t1", "/pub?topic=t1&defer=3600000", "/pub?topic=t1&defer=-1",
                  "/pub?topic=t1&defer=18446744073709551615", "/pub?topic=t1&defer=3600001",
                  "/pub?topic=t1&defer=x", "/pub", "/pub?", "/pub?topic=", "/pub?topic=x#ephemeral",
                  "/pub?topic=a#b&defer=5", "/pub?topic=t1&topic=t2"]:
@@ -139,7 +175,12 @@ def every_route() -> list[hl.Request]:
         out += [R("nsqd", "GET", path + "?topic=t1"), R("nsqd", "OPTIONS", path)]
     for q in ["", "?format=json", "?format=text", "?topic=t1", "?topic=t1&channel=c1",
               "?format=json&topic=t1&include_clients=false", "?include_mem=false&format=json",
-              "?format=json&topic=nope", "?format=json&channel=c1"]:
+              "?format=json&topic=nope", "?format=json&channel=c1", "?include_mem=false",
+              "?include_clients=false", "?include_clients=0&format=json",
+              "?include_clients=1&include_mem=1&format=json", "?include_clients=x&format=json",
+              f"?format=json&topic={TCP_TOPIC}", f"?topic={TCP_TOPIC}&channel={TCP_CHANNEL}",
+              f"?format=json&topic={TCP_TOPIC}&channel=nope", "?format=json&format=text",
+              "?format=%zz", "?topic=t1;x"]:
         out.append(R("nsqd", "GET", "/stats" + q))
     for opt in hl.CONFIG_KEYS + ["nope", ""]:
         out.append(R("nsqd", "GET", f"/config/{opt}"))
@@ -150,12 +191,16 @@ def every_route() -> list[hl.Request]:
                  b'["127.0.0.1:<lookupd_tcp_port>"]'))
     for body in [b"debug", b"INFO", b"nope", b""]:
         out += [R("nsqd", "PUT", "/config/log_level", body), R("nsqd", "GET", "/config/log_level")]
+    out += transport_variants()
     out += [R("nsqd", "PUT", "/config/msg_timeout", b"1"), R("nsqd", "PUT", "/debug/setblockrate?rate=1"),
             R("nsqd", "PUT", "/debug/setblockrate?rate=x"), R("nsqd", "POST", "/debug/freememory"),
             R("nsqd", "GET", "/ping"), R("nsqd", "GET", "/info"), R("nsqd", "OPTIONS", "/ping"),
             R("nsqd", "GET", "/Ping"), R("nsqd", "GET", "/ping/"), R("nsqd", "GET", "/ping?"),
             R("nsqd", "POST", "/Pub?topic=t1", b"m"), R("nsqd", "GET", "//ping"),
             R("nsqd", "GET", "/nope"), R("nsqd", "HEAD", "/ping"), R("nsqd", "DELETE", "/pub")]
+    for path in ["/config//", "/config/", "/config///", "/CONFIG//", "/config/log_level/",
+                 "/config//log_level", "/Config/Log_Level/", "/config/x/y", "/ping//", "/ping/x"]:
+        out += [R("nsqd", "GET", path), R("nsqd", "PUT", path, b"x"), R("nsqd", "OPTIONS", path)]
     for path in hl.LOOKUPD_GET_ROUTES:
         for q in ["", "?", "?topic=t1", "?topic=nope", "?topic=bad!", "?topic=x#ephemeral"]:
             out.append(R("nsqlookupd", "GET", path + q))
@@ -166,6 +211,30 @@ def every_route() -> list[hl.Request]:
         out += [R("nsqlookupd", "GET", path), R("nsqlookupd", "OPTIONS", path)]
     out += [R("nsqlookupd", "GET", "/Lookup?topic=t1"), R("nsqlookupd", "GET", "/nodes/"),
             R("nsqlookupd", "OPTIONS", "/ping"), R("nsqlookupd", "GET", "/nope")]
+    return out
+
+
+def transport_variants() -> list[hl.Request]:
+    """The publishing routes with the ways a body can come: chunked (no length to refuse
+    early), after ``Expect: 100-continue``, a malformed chunk."""
+    R = hl.Request
+    chunked = [("Transfer-Encoding", "chunked")]
+    expect = [("Expect", "100-continue")]
+    out = []
+    for body in [b"hello", b"x" * 2048, b"x" * 2049, b""]:
+        out += [R("nsqd", "POST", "/pub?topic=t1", hl.chunked(body), chunked),
+                R("nsqd", "POST", "/pub?topic=t1", body, expect)]
+    for body in [b"a\nb\n", b"x" * 2049 + b"\n", b"ab\n" * 3000, b"y" * 8193]:
+        out += [R("nsqd", "POST", "/mpub?topic=t1", hl.chunked(body, 1000), chunked),
+                R("nsqd", "POST", "/mpub?topic=t1", body, expect)]
+    for body in [hl._binary_mpub([b"a", b"b"]), hl._binary_mpub([b"x" * 2049]),
+                 hl._binary_mpub([b"m"] * 2000)]:
+        out += [R("nsqd", "POST", "/mpub?topic=t1&binary=true", hl.chunked(body, 100), chunked),
+                R("nsqd", "POST", "/mpub?topic=t1&binary=true", body, expect)]
+    out += [R("nsqd", "POST", "/pub?topic=t1", b"zz\r\nhello\r\n0\r\n\r\n", chunked),
+            R("nsqd", "POST", "/topic/delete?topic=nope", hl.chunked(b"ignored"), chunked),
+            R("nsqd", "PUT", "/config/log_level", hl.chunked(b"info"), chunked),
+            R("nsqd", "PUT", "/config/log_level", b"info", expect)]
     return out
 
 
@@ -183,3 +252,92 @@ def test_random_requests_answer_as_upstream(sides, seed):
         batch = [make(rng) for _ in range(rng.randint(1, 8))]
         requests += batch
     _report(_compare(sides, requests), f"seed {seed}")
+
+
+# --- TLS: the plain listener under --tls-required=true, the HTTPS one with client certificates --
+
+def _tls_nsqd(bin_dir: Path, data: Path, certs, *extra: str) -> tuple[subprocess.Popen, dict]:
+    ports = {"tcp": free_port(), "http": free_port(), "https": free_port()}
+    data.mkdir(parents=True)
+    log = open(data / "nsqd.log", "wb")
+    proc = subprocess.Popen(
+        [str(bin_dir / "nsqd"), f"--tcp-address=127.0.0.1:{ports['tcp']}",
+         f"--http-address=127.0.0.1:{ports['http']}", f"--https-address=127.0.0.1:{ports['https']}",
+         f"--data-path={data}", f"--tls-cert={certs.server_cert}", f"--tls-key={certs.server_key}",
+         f"--tls-root-ca-file={certs.ca}", *extra], stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    deadline = time.monotonic() + 15
+    for port in ports.values():
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    raise AssertionError((data / "nsqd.log").read_text())
+                time.sleep(0.05)
+    return proc, ports
+
+
+def _ask(port: int, request: hl.Request, ctx: ssl.SSLContext | None) -> bytes:
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1") if ctx else raw
+        try:
+            sock.sendall(request.encode(port))
+        except OSError:  # a refused large body: the answer may have come, and the close
+            pass
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(1 << 16)
+            except (ConnectionResetError, ssl.SSLError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("policy", ["", "require-verify"])
+def test_tls_required_and_https_answer_as_upstream(tmp_path, policy):
+    if not (UPSTREAM / "nsqd").exists():
+        pytest.skip(f"upstream binaries not found in {UPSTREAM} (set NSQ_UPSTREAM_BIN)")
+    from security.support import OPENSSL, make_certs
+
+    if OPENSSL is None:
+        pytest.skip("needs the openssl command to make test certificates")
+    certs = make_certs(tmp_path / "certs")
+    extra = ["--tls-required=true"] + ([f"--tls-client-auth-policy={policy}"] if policy else [])
+    R = hl.Request
+    plain = [R("nsqd", "GET", "/ping"), R("nsqd", "POST", "/pub?topic=t", b"m"),
+             R("nsqd", "GET", "/nope"), R("nsqd", "POST", "/pub?topic=t", b"x" * 400000)]
+    secure = [R("nsqd", "GET", "/ping"), R("nsqd", "POST", "/pub?topic=t", b"m"),
+              R("nsqd", "GET", "/config/tls_required"), R("nsqd", "GET", "/config/tls_client_auth_policy"),
+              R("nsqd", "GET", "/stats?format=json&include_mem=false"), R("nsqd", "GET", "/Ping")]
+    answers = {}
+    for name, bin_dir in (("upstream", UPSTREAM), ("ours", VENV_BIN)):
+        proc, ports = _tls_nsqd(bin_dir, tmp_path / name, certs, *extra)
+        try:
+            masks = {port: f"<{role}>" for role, port in ports.items()}
+            masks[str(tmp_path / name)] = "<data-path>"
+            got = [hl.normalise(hl.parse(_ask(ports["http"], r, None)), masks) for r in plain]
+            with_cert = certs.client_context("client")
+            got += [hl.normalise(hl.parse(_ask(ports["https"], r, with_cert)), masks)
+                    for r in secure]
+            try:  # without a client certificate: refused when the policy asks for one
+                got.append(hl.normalise(hl.parse(_ask(ports["https"], secure[0],
+                                                      certs.client_context())), masks))
+            except (ssl.SSLError, OSError) as err:
+                got.append(("refused", type(err).__name__))
+            answers[name] = got
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    requests = [f"http {r}" for r in plain] + [f"https {r}" for r in secure] + ["https no cert"]
+    diffs = [f"{req}\n  upstream: {a}\n  ours:     {b}"
+             for req, a, b in zip(requests, answers["upstream"], answers["ours"]) if a != b]
+    assert not diffs, "\n".join(diffs)

@@ -14,9 +14,9 @@ import pytest
 
 from helpers.servers import VENV_BIN, free_port, unique_name
 from helpers.wire import Wire
-from nsqpy.common.router import clean_path
-from nsqpy.common.goweb import ApiError, parse_query
-from nsqpy.nsqd.http import Route, Router, _split_text_mpub
+from nsqpy.common.goweb import parse_query
+from nsqpy.common.router import Router, clean_path
+from nsqpy.nsqd.http_mpub import BinaryMpub, TextMpub
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -121,10 +121,9 @@ def test_clean_path_and_router_lookup():
     assert clean_path("/a/../b/./c/") == "/b/c/"
     assert clean_path("/..") == "/"
 
-    async def h(request, param):  # pragma: no cover - never called
-        return None
-
-    r = Router([Route("GET", "/ping", h), Route("GET", "/config/:opt", h), Route("PUT", "/config/:opt", h)])
+    r: Router[str] = Router()
+    for method, path in (("GET", "/ping"), ("GET", "/config/:opt"), ("PUT", "/config/:opt")):
+        r.add(method, path, path)
     assert r.match("GET", "/config/x")[1] == {"opt": "x"}
     assert r.match("GET", "/config/") is None and r.match("GET", "/config/a/b") is None
     assert r.unrouted("GET", "/ping/").location == "/ping"
@@ -135,19 +134,68 @@ def test_clean_path_and_router_lookup():
     assert r.allowed("/nope", "POST") == ""
 
 
-def test_split_text_mpub_matches_upstream_line_loop():
-    assert _split_text_mpub(b"a\n\nb\nc", 100, 10) == [b"a", b"b", b"c"]
-    assert _split_text_mpub(b"a\r\n", 100, 10) == [b"a\r"]
-    assert _split_text_mpub(b"", 100, 10) == []
-    with pytest.raises(ApiError) as e:
-        _split_text_mpub(b"x" * 11 + b"\n", 100, 10)
-    assert (e.value.status, e.value.message) == (413, "MSG_TOO_BIG")
-    with pytest.raises(ApiError) as e:  # data holds max_body + 1 bytes: the body was too big
-        _split_text_mpub(b"ab\n" * 3 + b"a", 9, 10)
-    assert e.value.message == "BODY_TOO_BIG"
-    with pytest.raises(ApiError) as e:  # an earlier long line wins over the body size
-        _split_text_mpub(b"x" * 20 + b"\n" + b"y" * 10, 30, 10)
-    assert e.value.message == "MSG_TOO_BIG"
+def _mpub(reader_class, pieces: list[bytes], max_body: int, max_msg: int):
+    """A /mpub body fed to its reader in ``pieces``: the published bodies, or the error text."""
+    published = []
+
+    def publish(topic, bodies):
+        published.append(bodies)
+        return "published"
+
+    reader = reader_class(publish, None, max_msg, max_body)
+    for piece in pieces:
+        answer = reader.feed(piece)
+        if answer is not None:
+            break
+    else:
+        answer = reader.end()
+    if answer == "published":
+        return published[0]
+    return orjson.loads(answer[1])["message"]
+
+
+def _split(body: bytes, size: int) -> list[bytes]:
+    return [body[i:i + size] for i in range(0, len(body), size)] or [b""]
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1000])
+def test_text_mpub_matches_upstream_line_loop(piece):
+    def text(body: bytes, max_body: int, max_msg: int):
+        return _mpub(TextMpub, _split(body, piece), max_body, max_msg)
+
+    assert text(b"a\n\nb\nc", 100, 10) == [b"a", b"b", b"c"]
+    assert text(b"a\r\n", 100, 10) == [b"a\r"]
+    assert text(b"", 100, 10) == []
+    assert text(b"x" * 11 + b"\n", 100, 10) == "MSG_TOO_BIG"
+    assert text(b"x" * 11, 100, 10) == "MSG_TOO_BIG"
+    assert text(b"x" * 10, 100, 10) == [b"x" * 10]
+    # the body holds more than max_body bytes: BODY_TOO_BIG
+    assert text(b"ab\n" * 3 + b"a", 9, 10) == "BODY_TOO_BIG"
+    assert text(b"ab\n" * 3, 9, 10) == [b"ab"] * 3
+    assert text(b"ab\n" * 3 + b"\n", 9, 10) == "BODY_TOO_BIG"  # the newline is the 10th byte
+    # an earlier long line wins over the body size, the line reaching the limit does not
+    assert text(b"x" * 20 + b"\n" + b"y" * 10, 30, 10) == "MSG_TOO_BIG"
+    assert text(b"x" * 5 + b"\n" + b"y" * 30, 30, 10) == "BODY_TOO_BIG"
+
+
+@pytest.mark.parametrize("piece", [1, 3, 5, 64, 100000])
+def test_binary_mpub_read_as_it_streams(piece):
+    def binary(body: bytes, max_body: int = 1000, max_msg: int = 100):
+        return _mpub(BinaryMpub, _split(body, piece), max_body, max_msg)
+
+    same = [b"m%02d" % i for i in range(40)]  # one size: the block path
+    assert binary(binary_mpub(same)) == same
+    mixed = [b"a", b"bb" * 30, b"ccc", b"d" * 100]
+    assert binary(binary_mpub(mixed)) == mixed
+    assert binary(binary_mpub([b"a", b"b"]) + b"trailing bytes are not read") == [b"a", b"b"]
+    assert binary(b"") == "BAD_BODY"
+    assert binary(b"\x00\x00") == "BAD_BODY"
+    assert binary(struct.pack(">i", 0)) == "BAD_BODY"
+    assert binary(struct.pack(">i", 199) + b"\x00") == "BAD_MESSAGE"
+    assert binary(struct.pack(">i", 200)) == "BAD_BODY"  # over (1000 - 4) / 5
+    assert binary(binary_mpub([b"x" * 101])) == "BAD_MESSAGE"
+    assert binary(struct.pack(">ii", 1, 5) + b"abc") == "BAD_MESSAGE"
+    assert binary(struct.pack(">ii", 2, 1) + b"a" + struct.pack(">i", -1)) == "BAD_MESSAGE"
 
 
 # --- ping, info, routing -------------------------------------------------------------------------
@@ -799,12 +847,12 @@ def _in_process(tmp_path, scenario):
 
     async def main():
         nsqd = NSQD(parse_options([f"--data-path={tmp_path}"]), logging.getLogger("test_http"))
-        runner, port = await start_http(nsqd, "127.0.0.1:0")
+        server, port = await start_http(nsqd, "127.0.0.1:0")
         try:
             async with aiohttp.ClientSession() as session:
                 await scenario(nsqd, session, f"http://127.0.0.1:{port}")
         finally:
-            await runner.cleanup()
+            await server.close()
             for topic in list(nsqd.topics.values()):
                 topic.close(flush=False)
 

@@ -44,6 +44,8 @@ def all_clients(doc: dict) -> list[dict]:
 
 def test_tls_upgrade_then_pub_sub_and_stats(secure_nsqd, certs):
     node = secure_nsqd(certs=certs)
+    # an nsqd without TLS flags loads no OpenSSL (tests/nsqd/test_footprint.py); this one does
+    assert "libssl" in Path(f"/proc/{node.proc.pid}/maps").read_text()
     topic = unique_name("tls")
     wire, answer = tls_wire(node.tcp_address, certs.client_context(), client_id="tls-client")
     assert answer["tls_v1"] is True and answer["auth_required"] is False

@@ -64,6 +64,37 @@ def _listen(addr: str, backlog: int) -> socket.socket:
     return socket.create_server(sockaddr[:2], family=family, backlog=backlog)
 
 
+def unix_listen_socket(path: str, backlog: int = 1024) -> socket.socket:
+    """A listening unix socket at ``path`` (a stale socket file there is replaced, as asyncio's
+    ``create_unix_server`` does); OSError worded as upstream's start-up error."""
+    import stat
+
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise OSError(f"listen ({path}) failed - {err}") from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        sock.listen(backlog)
+    except OSError as err:
+        sock.close()
+        why = os.strerror(err.errno) if err.errno else str(err)
+        raise OSError(f"listen ({path}) failed - listen unix {path}: bind: "
+                      f"{why[:1].lower()}{why[1:]}") from None
+    return sock
+
+
+def listener_name(sock: socket.socket) -> str:
+    """How upstream names a listener in its log: ``host:port``, or the unix socket's path."""
+    if sock.family == socket.AF_UNIX:
+        return str(sock.getsockname())
+    return sock_address(sock)
+
+
 def sock_address(sock: socket.socket) -> str:
     """``host:port`` of a bound socket as Go prints a listener (``[::]:4150`` for dual-stack)."""
     name = sock.getsockname()

@@ -1,9 +1,11 @@
 """The one shape of nsqd, nsqlookupd and nsqadmin's ``main``: parse flags (Go's exit codes),
-``--version``, start, run until SIGINT/SIGTERM, close; on uvloop when present."""
+``--version``, start, run until SIGINT/SIGTERM, close; on uvloop when present.
+
+asyncio is imported when the program runs, not with this module: a daemon may first choose how
+it loads (``before_run``, e.g. without OpenSSL: :mod:`.notls`) once its flags are known."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 import sys
@@ -12,6 +14,8 @@ from typing import Any, Awaitable, Callable, Coroutine
 
 async def wait_for_stop_signal() -> None:
     """Return on the first SIGINT or SIGTERM (NSQ's programs exit gracefully on both)."""
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -21,6 +25,8 @@ async def wait_for_stop_signal() -> None:
 
 def run(coro: Coroutine[Any, Any, int]) -> int:
     """Run a server's coroutine on uvloop (cheaper callbacks, smaller connections) or asyncio."""
+    import asyncio
+
     try:
         import uvloop
     except ImportError:
@@ -50,7 +56,7 @@ async def serve(program: str, logger: logging.Logger, start: Callable[[], Awaita
 
 def main(program: str, parse_options: Callable[[list[str]], Any],
          serve_options: Callable[[Any], Awaitable[int]], argv: list[str] | None = None,
-         before_run: Callable[[], None] | None = None) -> int:
+         before_run: Callable[[Any], None] | None = None) -> int:
     """Parse flags (a FlagError prints and exits as Go's flag package does), print
     ``--version``, else serve until stopped. Returns the exit status."""
     from .. import version_string
@@ -66,5 +72,5 @@ def main(program: str, parse_options: Callable[[list[str]], Any],
         print(version_string(program))
         return 0
     if before_run is not None:
-        before_run()
+        before_run(opts)
     return run(serve_options(opts))  # type: ignore[arg-type]

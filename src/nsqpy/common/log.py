@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import time
 
+from typing import TYPE_CHECKING
+
 from .durations import format_duration
+
+if TYPE_CHECKING:
+    import asyncio
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
           "warning": logging.WARNING, "error": logging.ERROR, "fatal": logging.CRITICAL}
@@ -83,7 +87,7 @@ class RequestLog:
         formatter = getattr(handler, "formatter", None)
         stream = getattr(handler, "stream", None)
         self.pending: list[str] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: "asyncio.TimerHandle | None" = None
         #: a line-buffered stream (stderr is) writes through on the newline already
         self._line_buffered = bool(getattr(stream, "line_buffering", False))
         self._second = -1
@@ -118,6 +122,8 @@ class RequestLog:
             line = (f"{self._stamp}.{int((now - second) * 1e6):06d} INFO: {status} {method} "
                     f"{uri} ({remote}) {go_duration(elapsed_ns)}\n")
         if self._timer is None:
+            import asyncio  # (this module loads before the program chooses how asyncio loads)
+
             try:
                 self._timer = asyncio.get_running_loop().call_later(FLUSH_DELAY, self._on_timer)
             except RuntimeError:  # no event loop: written at once

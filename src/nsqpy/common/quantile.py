@@ -7,10 +7,13 @@ samples (uniform reservoir sampling), which costs O(1) per FIN and a sort per st
 
 from __future__ import annotations
 
-import random
 import time
+from typing import Callable
 
 _RESERVOIR = 2048
+#: ``random.randrange``, bound when the first stream is made (an nsqd without
+#: ``--e2e-processing-latency-percentile`` never loads :mod:`random`)
+_randrange: Callable[[int], int] | None = None
 
 
 class _Reservoir:
@@ -25,7 +28,7 @@ class _Reservoir:
         if len(self.samples) < _RESERVOIR:
             self.samples.append(value)
         else:
-            j = random.randrange(self.seen)
+            j = _randrange(self.seen)  # type: ignore[misc]
             if j < _RESERVOIR:
                 self.samples[j] = value
 
@@ -36,6 +39,11 @@ class LatencyQuantiles:
     __slots__ = ("percentiles", "half_window", "_current", "_previous", "_rotated_at")
 
     def __init__(self, percentiles: list[float], window_seconds: float) -> None:
+        global _randrange
+        if _randrange is None:
+            from random import randrange
+
+            _randrange = randrange
         self.percentiles = percentiles
         self.half_window = max(window_seconds / 2.0, 0.001)
         self._current = _Reservoir()

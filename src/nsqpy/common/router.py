@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: characters Go's ``url.EscapedPath`` leaves alone in a path
-_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+#: what Go's ``url.URL.EscapedPath`` leaves alone in a path, besides letters, digits and ``-._~``
+_PATH_SAFE = "$&+,/:;=@"
 
 
 def clean_path(path: str) -> str:
@@ -59,22 +59,28 @@ def _html_escape(text: str) -> str:
             .replace('"', "&#34;").replace("'", "&#39;"))
 
 
-def redirect_parts(method: str, path: str, raw_query: str) -> tuple[int, dict[str, str], bytes]:
-    """What httprouter does with ``http.Redirect``: 301 for GET, 307 keeping the method, the
-    query string kept; GET gets Go's little HTML body, GET and HEAD its Content-Type."""
+def redirect_parts(method: str, path: str,
+                   raw_query: str | None) -> tuple[int, dict[str, str], bytes]:
+    """What httprouter does with ``http.Redirect(w, req, req.URL.String(), code)``: 301 for
+    GET, 307 keeping the method; the request's query kept as sent, an empty one too
+    (``raw_query`` is None when the target had no ``?``). Go escapes the path, then bytes above
+    ASCII in ``Location`` (``%c3``); GET gets its little HTML body with the URL unescaped, GET
+    and HEAD its Content-Type. ``raw_query`` holds the bytes as latin-1 characters."""
     from urllib.parse import quote  # redirects are rare: loaded with the first
 
     code = 301 if method == "GET" else 307
-    location = quote(path, safe=_PATH_SAFE)
-    if raw_query:
-        location += "?" + raw_query
+    url = quote(path.encode("utf-8", "surrogateescape"), safe=_PATH_SAFE)
+    if raw_query is not None:
+        url += "?" + raw_query
+    location = url if url.isascii() else "".join(
+        c if c < "\x80" else f"%{ord(c):x}" for c in url)
     headers = {"Location": location}
     body = b""
     if method in ("GET", "HEAD"):
         headers["Content-Type"] = "text/html; charset=utf-8"
     if method == "GET":
         text = "Moved Permanently" if code == 301 else "Temporary Redirect"
-        body = f'<a href="{_html_escape(location)}">{text}</a>.\n\n'.encode()
+        body = f'<a href="{_html_escape(url)}">{text}</a>.\n\n'.encode("latin-1")
     return code, headers, body
 
 
@@ -82,7 +88,8 @@ def redirect(request: "web.Request", path: str) -> "web.Response":
     """:func:`redirect_parts` as an aiohttp response."""
     from aiohttp import web
 
-    code, headers, body = redirect_parts(request.method, path, request.rel_url.raw_query_string)
+    code, headers, body = redirect_parts(request.method, path,
+                                         request.rel_url.raw_query_string or None)
     return web.Response(status=code, body=body, headers=headers)
 
 
@@ -131,7 +138,8 @@ class Router(Generic[T]):
         """httprouter's decision for a request :meth:`match` did not route."""
         if method in self.methods and method != "CONNECT" and path != "/":
             alt = path[:-1] if len(path) > 1 and path.endswith("/") else path + "/"
-            if self.match(method, alt) is not None:
+            if self.match(method, alt) is not None or (
+                    path.endswith("//") and self._empty_last_param(method, alt)):
                 return Unrouted("redirect", location=alt)
             fixed = self._case_insensitive(method, clean_path(path))
             if fixed is not None:
@@ -152,6 +160,15 @@ class Router(Generic[T]):
         found = [m for m in self.methods
                  if m not in (method, "OPTIONS") and self.match(m, path) is not None]
         return ", ".join(sorted(found + ["OPTIONS"])) if found else ""
+
+    def _empty_last_param(self, method: str, path: str) -> bool:
+        """httprouter reads ``/config//`` as ``:opt`` empty then a trailing slash, and so
+        redirects it to ``/config/`` (which it then does not route)."""
+        segs = path.split("/")
+        return any(pattern[-1].startswith(":")
+                   and _match_segments(pattern[:-1], segs[:-1]) is not None
+                   and len(pattern) == len(segs)
+                   for pattern, _ in self.param.get(method, []))
 
     def _case_insensitive(self, method: str, path: str) -> str | None:
         """``findCaseInsensitivePath`` fixing a trailing slash too: the route's own spelling
@@ -185,14 +202,16 @@ def _match_segments(pattern: list[str], segs: list[str]) -> dict[str, str] | Non
     return params
 
 
-def unrouted_answer(router: Router[Any], method: str, path: str, raw_query: str,
+def unrouted_answer(router: Router[Any], method: str, path: str, target: str, raw_query: str,
                     error: Callable[[int, str, tuple[tuple[str, str], ...]], Response]
                     ) -> Response:
-    """The answer (on :mod:`nsqpy.httpserver`) to a request no route matched;
-    ``error(status, text, extra_headers)`` renders the daemon's ``{"message": ...}`` errors."""
+    """The answer (on :mod:`nsqpy.httpserver`) to a request no route matched (``target`` as
+    sent tells whether it had a ``?``); ``error(status, text, extra_headers)`` renders the
+    daemon's ``{"message": ...}`` errors."""
     decision = router.unrouted(method, path)
     if decision.kind == "redirect":
-        code, headers, body = redirect_parts(method, decision.location, raw_query)
+        code, headers, body = redirect_parts(method, decision.location,
+                                             raw_query if "?" in target else None)
         return Head(code, list(headers.items())), body
     if decision.kind == "options":
         return _allow_head(200, decision.allow), b""

@@ -91,9 +91,9 @@ def new_parser(protocol: Any) -> HttpRequestParser:
 
 class HTTPConnection(asyncio.Protocol):
     __slots__ = ("server", "app", "transport", "parser", "url", "headers", "method_override",
-                 "req", "queue", "running", "out", "closing", "close_after_write", "paused",
-                 "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed", "ready", "heads",
-                 "out_size", "backlogged")
+                 "url_override", "req", "queue", "running", "out", "closing", "close_after_write",
+                 "paused", "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed",
+                 "ready", "heads", "out_size", "backlogged")
 
     def __init__(self, server: Listener) -> None:
         self.server = server
@@ -102,7 +102,8 @@ class HTTPConnection(asyncio.Protocol):
         self.parser = new_parser(self)
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
-        self.method_override: str | None = None
+        self.method_override: str | None = None  # what a head llhttp could not read had
+        self.url_override: bytes | None = None
         self.req: Request | None = None  # the request whose body is being parsed
         self.queue: deque[Request | bytes] = deque()  # not yet answered on the wire, in order
         self.running: Request | None = None  # the request whose handler is awaiting
@@ -210,10 +211,13 @@ class HTTPConnection(asyncio.Protocol):
         else:
             if clean and self.req is None:
                 retry = go_readable(data, err)
-                if retry is not None:
-                    self.method_override, again = retry
+                if retry is not None and retry.data != data:
+                    if retry.method is not None:
+                        self.method_override = retry.method
+                    if retry.url is not None:
+                        self.url_override = retry.url
                     self.parser = new_parser(self)
-                    self._feed(again, False)
+                    self._feed(retry.data, True)  # (which may meet the next quirk)
                     return
             self._parse_error(err, data if clean else None)
 
@@ -256,12 +260,30 @@ class HTTPConnection(asyncio.Protocol):
         req.endpoint = endpoint
         mode = endpoint.body
         has_body = req.chunked or req.content_length
-        if not self.queue and not has_body and mode != STREAM and not self.backlogged:
-            # the common case: no body, nothing owed before it; answered at message end
-            # without the queue's machinery
-            req.state = _COMPLETE
-            self.ready = req
-            return
+        answer = None
+        if not self.queue and mode != STREAM and not self.backlogged:
+            if not has_body:
+                # the common case: no body, nothing owed before it; answered at message end
+                # without the queue's machinery
+                req.state = _COMPLETE
+                self.ready = req
+                return
+            length = req.content_length
+            if (mode > 0 and length is not None and length < mode and not req.expect_continue
+                    and self.running is None):
+                refuse = endpoint.refuse
+                if refuse is not None:
+                    answer = refuse(req)
+                if answer is None:
+                    # a body the handler takes whole (a publish): gathered, then answered at
+                    # message end as above; queued only if it breaks off
+                    req.state = _RECEIVING
+                    req.parts = []
+                    self.req = req
+                    self.ready = req
+                    server = self.server
+                    self.deadline = server.now + server.body_timeout
+                    return
         req.begin_exchange()
         self.queue.append(req)
         if has_body:
@@ -270,11 +292,11 @@ class HTTPConnection(asyncio.Protocol):
             self.deadline = server.now + server.body_timeout
             if mode > 0 or mode == DRAIN:
                 refuse = endpoint.refuse
-                if refuse is not None:
+                if refuse is not None and answer is None:
                     answer = refuse(req)
-                    if answer is not None:
-                        req.response = answer
-                        req.phase = _ANSWERED
+                if answer is not None:
+                    req.response = answer
+                    req.phase = _ANSWERED
                 if mode > 0 and req.phase == _PENDING:
                     req.parts = []
                 if req.expect_continue or req.phase == _ANSWERED:
@@ -291,6 +313,9 @@ class HTTPConnection(asyncio.Protocol):
             return
         server = self.server
         self.deadline = server.now + server.body_timeout
+        if req is self.ready:  # a small body on the fast path: within its limit by its length
+            req.parts.append(chunk)  # type: ignore[union-attr]
+            return
         n = len(chunk)
         req.received += n
         mode = req.endpoint.body  # type: ignore[union-attr]
@@ -320,9 +345,7 @@ class HTTPConnection(asyncio.Protocol):
         elif req.reader is not None:
             answer = req.reader.feed(chunk)
             if answer is not None:
-                req.reader = None
-                req.response = answer
-                req.phase = _ANSWERED
+                self._reader_answered(req, answer)
                 self._pump()
                 self._check_skip(req)
             return
@@ -335,6 +358,12 @@ class HTTPConnection(asyncio.Protocol):
         req = self.ready
         if req is not None:
             self.ready = None
+            if req.state == _RECEIVING:  # its body, gathered on the fast path
+                parts = req.parts
+                req.body = parts[0] if len(parts) == 1 else b"".join(parts)  # type: ignore
+                req.parts = None
+                req.state = _COMPLETE
+                self.req = None
             if self.running is None:
                 try:
                     result = req.endpoint.handler(req)  # type: ignore[union-attr]
@@ -393,7 +422,12 @@ class HTTPConnection(asyncio.Protocol):
             method = _METHODS.get(raw_method) or raw_method.decode("latin-1")
         else:
             self.method_override = None
-        req = self.heads.read(parser.get_http_version(), method, self.url, self.headers)
+        url = self.url_override
+        if url is None:
+            url = self.url
+        else:
+            self.url_override = None
+        req = self.heads.read(parser.get_http_version(), method, url, self.headers)
         if type(req) is bytes:
             self._early(req)
             return None
@@ -434,16 +468,24 @@ class HTTPConnection(asyncio.Protocol):
         for i, chunk in enumerate(parts):
             answer = reader.feed(chunk)
             if answer is not None:
-                req.reader = None
-                req.response = answer
-                req.phase = _ANSWERED
                 req.skipped += sum(len(p) for p in parts[i + 1:])
+                self._reader_answered(req, answer)
                 return
         if req.state == _COMPLETE:
             req.reader = None
             self._settle(req, reader.end())
         elif req.state == _BROKEN:
             self._fail(req)
+
+    def _reader_answered(self, req: Request, answer: Any) -> None:
+        """A body reader answered before the body's end (the rest is skipped): now, or once
+        the awaitable it returned resolves."""
+        req.reader = None
+        if type(answer) is tuple:
+            req.response = answer
+            req.phase = _ANSWERED
+        else:
+            self._settle(req, answer)
 
     def _fail(self, req: Request) -> None:
         """No answer for this request: its body broke off, or its handler raised. Go drops the
@@ -559,6 +601,10 @@ class HTTPConnection(asyncio.Protocol):
     def _body_broken(self, req: Request) -> None:
         """The body could not be read to its end (malformed chunk, client gone): a handler
         that reads it sees a read error, and nothing more is read from this connection."""
+        if req is self.ready:  # from the fast path: answered in turn now, as any other
+            self.ready = None
+            req.begin_exchange()
+            self.queue.append(req)
         req.state = _BROKEN
         req.close = True
         req.parts = None

@@ -42,15 +42,18 @@ def request_target(url: bytes) -> tuple[str, str, str] | None:
             path = unescape_path(raw_path)
         except ValueError:
             return None
-    else:
+    elif raw_path.isascii():
         path = raw_path.decode("latin-1")
+    else:  # Go's path holds the bytes as sent
+        path = raw_path.decode("utf-8", "surrogateescape")
     return target, path, raw_query.decode("latin-1")
 
 
 class HeadReader:
     """Reads the heads of one connection's requests."""
 
-    __slots__ = ("conn", "date", "last_url", "last_target", "valid_host", "last_post")
+    __slots__ = ("conn", "date", "last_url", "last_target", "valid_host", "last_post",
+                 "last_length")
 
     def __init__(self, conn: Peer, date: wire.DateCache) -> None:
         self.conn = conn
@@ -60,6 +63,7 @@ class HeadReader:
         self.valid_host = b""
         #: Go tolerates blank lines before a request only after a POST
         self.last_post = False
+        self.last_length: tuple[bytes, int] = (b"0", 0)  # a Content-Length value, read
 
     def read(self, version: str, method: str, url: bytes,
              headers: list[tuple[bytes, bytes]]) -> Request | bytes:
@@ -102,6 +106,17 @@ class HeadReader:
             if len(encodings) != 1 or encodings[0].strip(b" \t").lower() != b"chunked":
                 return wire.UNSUPPORTED_TRANSFER_ENCODING
             req.chunked = True
+        elif lengths is not None and len(lengths) == 1:  # publishers repeat their body size
+            raw = lengths[0]
+            last = self.last_length
+            if raw == last[0]:
+                req.content_length = last[1]
+            else:
+                try:
+                    req.content_length = wire.parse_content_length(raw)
+                except ValueError:
+                    return wire.BAD_REQUEST
+                self.last_length = (raw, req.content_length)
         elif lengths is not None:
             try:
                 values = {wire.parse_content_length(v) for v in lengths}

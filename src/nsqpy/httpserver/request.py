@@ -42,8 +42,9 @@ STREAM = -2
 class BodyReader(Protocol):
     """A streaming endpoint's per-request consumer of the body."""
 
-    def feed(self, chunk: bytes) -> Response | None:
-        """One piece of the body; a response ends the request early (the rest is skipped)."""
+    def feed(self, chunk: bytes) -> Union[Response, Awaitable[Response], None]:
+        """One piece of the body; a response (or an awaitable one) ends the request early:
+        the rest is skipped."""
 
     def end(self) -> Union[Response, Awaitable[Response]]:
         """The body ended: the answer."""

@@ -56,6 +56,8 @@ class HTTPServer:
         self.date = DateCache()
         self.now = 0.0
         self._servers: list[asyncio.AbstractServer] = []
+        #: the sockets being served, in the order given
+        self.sockets: list[socket.socket] = []
         self._tick: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -71,6 +73,7 @@ class HTTPServer:
             server = await loop.create_server(factory, sock=sock, ssl=self.ssl_context,
                                               backlog=backlog)
         self._servers.append(server)
+        self.sockets.append(sock)
 
     def _make_connection(self) -> HTTPConnection:
         return HTTPConnection(self)
@@ -86,6 +89,7 @@ class HTTPServer:
             except (asyncio.TimeoutError, OSError):
                 pass
         self._servers.clear()
+        self.sockets.clear()
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None

@@ -56,6 +56,46 @@ def canonical_key(name: str) -> str:
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
+_HTML_TAGS = (b"<!DOCTYPE HTML", b"<HTML", b"<HEAD", b"<SCRIPT", b"<IFRAME", b"<H1", b"<DIV",
+              b"<FONT", b"<TABLE", b"<A", b"<STYLE", b"<TITLE", b"<B", b"<BODY", b"<BR", b"<P",
+              b"<!--")
+_EXACT_SIGNATURES = (
+    (b"%PDF-", "application/pdf"), (b"%!PS-Adobe-", "application/postscript"),
+    (b"\xfe\xff", "text/plain; charset=utf-16be"), (b"\xff\xfe", "text/plain; charset=utf-16le"),
+    (b"\xef\xbb\xbf", TEXT_PLAIN), (b"\x00\x00\x01\x00", "image/x-icon"),
+    (b"\x00\x00\x02\x00", "image/x-icon"), (b"BM", "image/bmp"), (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"), (b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+    (b"\x1a\x45\xdf\xa3", "video/webm"), (b"\x00\x01\x00\x00", "font/ttf"), (b"OTTO", "font/otf"),
+    (b"ttcf", "font/collection"), (b"wOFF", "font/woff"), (b"wOF2", "font/woff2"),
+    (b"\x1f\x8b\x08", "application/x-gzip"), (b"PK\x03\x04", "application/zip"),
+    (b"Rar!\x1a\x07\x00", "application/x-rar-compressed"),
+    (b"Rar!\x1a\x07\x01\x00", "application/x-rar-compressed"), (b"\x00asm", "application/wasm"),
+)
+_BINARY = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
+
+
+def sniff(body: bytes) -> str:
+    """The Content-Type Go's ``DetectContentType`` gives a body a handler wrote without one
+    (upstream's plain-text and string answers): HTML and XML by their first tag, the binary
+    formats by their magic bytes (not the audio and video ones Go also knows), else text
+    unless a control byte makes it ``application/octet-stream``."""
+    data = body[:512]
+    text = data.lstrip(b"\t\n\x0c\r ")
+    if text[:1] == b"<":
+        upper = text[:15].upper()
+        for tag in _HTML_TAGS:
+            if upper.startswith(tag) and text[len(tag):len(tag) + 1] in (b" ", b">"):
+                return "text/html; charset=utf-8"
+        if text.startswith(b"<?xml"):
+            return "text/xml; charset=utf-8"
+    for magic, kind in _EXACT_SIGNATURES:
+        if data.startswith(magic):
+            return kind
+    if _BINARY.search(text):
+        return "application/octet-stream"
+    return TEXT_PLAIN
+
+
 def _body_allowed(status: int) -> bool:
     return not (100 <= status < 200 or status in (204, 304))
 

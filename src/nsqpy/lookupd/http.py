@@ -21,7 +21,9 @@ import orjson
 from .. import NSQ_COMPAT_VERSION
 from ..common.addr import join_host_port
 from ..common.goweb import ApiError, first_value, go_json, parse_query, topic_channel_args
+from ..common.http_api import OK_JSON, OK_PLAIN, OK_V1, v1_error
 from ..common.log import RequestLog
+from ..common.prometheus import CONTENT_TYPE as METRICS_TYPE
 from ..common.router import Router, unrouted_answer
 from ..httpserver import DRAIN, IGNORE, Endpoint, Head, Request, Response
 from ..protocol.names import is_valid_name
@@ -30,36 +32,11 @@ from .registration_db import (
 )
 from .state import LookupdState
 
-V1_HEADER = "X-NSQ-Content-Type"
-V1_VALUE = "nsq; version=1.0"
-JSON_TYPE = "application/json; charset=utf-8"
 #: Prometheus' text format (its ``version`` parameter tells scrapers which parser to use)
-METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-_V1_JSON = (("Content-Type", JSON_TYPE), (V1_HEADER, V1_VALUE))
-#: upstream's ``RespondV1``: JSON data with its type, no data (``nil``) as an empty body
-OK_JSON = Head(200, _V1_JSON)
-OK_EMPTY = Head(200, ((V1_HEADER, V1_VALUE),))
-#: upstream's ``PlainText`` decorator sets no Content-Type: Go's server sniffs it
-OK_PLAIN = Head(200)
 OK_METRICS = Head(200, (("Content-Type", METRICS_TYPE),))
 
 #: topics whose /lookup answers are kept (the table is emptied when full)
 _LOOKUP_CACHE_SIZE = 1024
-
-_ERROR_HEADS: dict[tuple[int, tuple[tuple[str, str], ...]], Head] = {}
-_ERROR_BODIES: dict[str, bytes] = {}
-
-
-def v1_error(code: int, text: str, extra: tuple[tuple[str, str], ...] = ()) -> Response:
-    """``{"message": text}`` with upstream's V1 headers (plus e.g. ``Allow`` for 405)."""
-    head = _ERROR_HEADS.get((code, extra))
-    if head is None:
-        head = _ERROR_HEADS[(code, extra)] = Head(code, _V1_JSON + extra)
-    body = _ERROR_BODIES.get(text)
-    if body is None:
-        body = _ERROR_BODIES[text] = go_json({"message": text})
-    return head, body
 
 
 def peer_json(peer: PeerInfo) -> bytes:
@@ -142,8 +119,8 @@ class LookupdHTTP:
         return hit[0] if hit is not None else self._unrouted
 
     def _unrouted_answer(self, request: Request) -> Response:
-        return unrouted_answer(self.router, request.method, request.path, request.query,
-                               v1_error)
+        return unrouted_answer(self.router, request.method, request.path, request.target,
+                               request.query, v1_error)
 
     def _logged(self, handler: Handler, kind: int) -> Callable[[Request], Response]:
         """Upstream's decorators around a handler: its answer as V1/PlainText, a panic as
@@ -159,7 +136,7 @@ class LookupdHTTP:
             try:
                 data = handler(request)
                 if kind == _V1:
-                    response = (OK_EMPTY, b"") if data is None else (OK_JSON, data)
+                    response = (OK_V1, b"") if data is None else (OK_JSON, data)
                 elif head is not None:
                     response = (head, data)
                 else:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import random
 import time
 from collections import deque
 from itertools import repeat, starmap
@@ -193,7 +192,9 @@ class Channel:
         append = client.out.append
         rate = client.sample_rate
         if rate:  # sampled out: consumed, never delivered (upstream)
-            msgs = [m for m in msgs if random.randrange(100) <= rate]
+            from random import randrange  # (a deprecated feature: loaded when used)
+
+            msgs = [m for m in msgs if randrange(100) <= rate]
         # a frame goes out as three pieces: its head before the id, the id, the body (the
         # connection joins them). Messages of one publish share the head's first part (size,
         # timestamp, attempts): it is packed again only when one of them changes.
@@ -439,6 +440,7 @@ class Channel:
         self.orphans.clear()
 
     def delete(self) -> None:
+        self.nsqd.logger.info("CHANNEL(%s): deleting", self.name)
         self.exiting = True
         for client in list(self.clients):
             client.in_flight.clear()

@@ -70,7 +70,6 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-import random
 import re
 import struct
 import time
@@ -97,7 +96,6 @@ _META_RE = re.compile(rb"\s*(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n?\s*")
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _fdatasync = getattr(os, "fdatasync", os.fsync)
-_rand = random.Random()  # seeded from os.urandom; only names temp files
 
 
 def scan_records(fd: int, start: int, end: int, min_size: int, max_size: int
@@ -867,7 +865,7 @@ class DiskQueue:
             self._meta_written = self._meta_gen
 
     def _persist_meta_text(self, text: bytes) -> None:
-        tmp = "%s.%d.tmp" % (self._meta_path, _rand.getrandbits(62))
+        tmp = "%s.%d.tmp" % (self._meta_path, int.from_bytes(os.urandom(8), "big") >> 2)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o600)
         try:
             try:

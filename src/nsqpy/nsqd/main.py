@@ -2,6 +2,11 @@
 
 The command line is upstream's flags (``options.py``) plus each feature's own, marked as nsqpy
 additions: the lifecycle controls, replication, leases and Prometheus ``/metrics``.
+
+Only what the flags ask for is loaded: without a flag that can need TLS (``--tls-cert``,
+``--tls-key``, ``--tls-required``, ``--auth-http-address``, ``--replication-tls``) the event
+loop is loaded without OpenSSL (:mod:`nsqpy.common.notls`), as nsqlookupd's is; the flags are
+parsed before asyncio is imported so that this can be chosen.
 """
 
 from __future__ import annotations
@@ -45,6 +50,20 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
+def may_need_tls(opts: Options) -> bool:
+    """Whether a flag can make this nsqd speak TLS (serve it, or reach a server over it)."""
+    return bool(opts.tls_cert or opts.tls_key or opts.tls_required != "false"
+                or any(opts.auth_http_address) or opts.values.get("replication_tls"))
+
+
+def before_run(opts: Options) -> None:
+    tune_gc()
+    if not may_need_tls(opts):
+        from ..common.notls import load_event_loop_without_tls
+
+        load_event_loop_without_tls()
+
+
 def release_startup_memory() -> None:
     """After imports and start-up: freeze what lives forever and give freed heap back to the OS."""
     gc.collect()
@@ -70,7 +89,7 @@ async def _serve(opts: Options) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return daemon.main("nsqd", parse_options, _serve, argv, before_run=tune_gc)
+    return daemon.main("nsqd", parse_options, _serve, argv, before_run=before_run)
 
 
 if __name__ == "__main__":

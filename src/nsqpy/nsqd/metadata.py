@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import secrets
 from typing import Any
 
 import orjson
@@ -21,7 +20,7 @@ METADATA_FILE = "nsqd.dat"
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.{secrets.randbelow(1 << 31)}.tmp"
+    tmp = f"{path}.{int.from_bytes(os.urandom(4), 'big') >> 1}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, data)

@@ -128,8 +128,13 @@ class NSQD:
         if topic is None:
             return False
         self.logger.info("TOPIC(%s): deleting", name)
+        channels = list(topic.channels)
         topic.delete()
         self.on_topic_deleted(topic)
+        # as upstream, each of its channels is unregistered after the topic (nsqlookupd then
+        # drops an ephemeral channel's registration)
+        for channel in channels:
+            self.lookup.unregister(name, channel)
         return True
 
     def get_existing_topic(self, name: str) -> Topic | None:

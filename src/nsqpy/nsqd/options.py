@@ -5,7 +5,6 @@ puts the whole command line together."""
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import zlib
 from dataclasses import dataclass, field
@@ -16,7 +15,12 @@ from ..common.flags import Flag, FlagError, FlagSet, go_quote, server_flags
 
 def default_node_id(hostname: str | None = None) -> int:
     """Upstream's default: ``crc32_ieee(md5(hostname)) % 1024``."""
-    digest = hashlib.md5((hostname or socket.gethostname()).encode()).digest()
+    try:  # CPython's own MD5: hashlib's would keep OpenSSL's libcrypto loaded for this alone
+        from _md5 import md5
+    except ImportError:
+        from hashlib import md5
+
+    digest = md5((hostname or socket.gethostname()).encode()).digest()
     return zlib.crc32(digest) % 1024
 
 

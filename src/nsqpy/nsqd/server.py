@@ -16,16 +16,14 @@ import socket
 from typing import Any
 
 from .. import version_string
-from ..common.addr import is_unix_socket, join_host_port, listen_socket
+from ..common.addr import is_unix_socket, listen_socket, listener_name
 from .http import start_http
 from .lifecycle.controls import install as install_lifecycle
 from .leases.install import install_leases
 from .lifecycle.drain import install_drain_signal
 from .nsqd import NSQD
 from .stats.statsd import start_statsd
-from .v2.auth import AuthClient
 from .v2.connection import V2Connection
-from .v2.tls import server_context
 
 
 class Server:
@@ -34,8 +32,8 @@ class Server:
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
         self._tcp_server: asyncio.AbstractServer | None = None
-        self.http_runner: Any = None
-        self.https_runner: Any = None
+        self.http_server: Any = None  # httpserver.HTTPServer
+        self.https_server: Any = None
 
     async def start(self) -> None:
         nsqd = self.nsqd
@@ -44,8 +42,15 @@ class Server:
         nsqd.logger.info("ID: %d", opts.node_id)
         if not os.path.isdir(nsqd.data_path):
             raise RuntimeError(f"--data-path={nsqd.data_path} is not a directory")
-        nsqd.tls_context = server_context(opts, nsqd.logger)
-        nsqd.auth = AuthClient.from_options(opts, nsqd.logger)
+        if opts.tls_cert or opts.tls_key or opts.tls_required != "false":
+            # (TLS and the auth client are loaded when a flag asks for them)
+            from .v2.tls import server_context
+
+            nsqd.tls_context = server_context(opts, nsqd.logger)
+        if opts.auth_http_address:
+            from .v2.auth import AuthClient
+
+            nsqd.auth = AuthClient.from_options(opts, nsqd.logger)
         nsqd.open()
         install_lifecycle(nsqd)
         install_leases(nsqd)
@@ -56,9 +61,9 @@ class Server:
         nsqd.load()
         await self._listen_tcp(opts.tcp_address)
         if opts.http_address:
-            self.http_runner, nsqd.http_port = await start_http(nsqd, opts.http_address)
+            self.http_server, nsqd.http_port = await start_http(nsqd, opts.http_address)
         if nsqd.tls_context is not None and opts.https_address:
-            self.https_runner, nsqd.https_port = await start_http(nsqd, opts.https_address,
+            self.https_server, nsqd.https_port = await start_http(nsqd, opts.https_address,
                                                                   nsqd.tls_context)
         # as upstream, unset broadcast ports become the listeners' (what /config/... answers)
         for key, port in (("broadcast_http_port", nsqd.http_port), ("broadcast_tcp_port", nsqd.tcp_port)):
@@ -96,12 +101,10 @@ class Server:
             nsqd.logger.info("TCP: closing %s", _sockname(self._tcp_server))
             self._tcp_server.close()
         nsqd.close_clients()
-        if self.http_runner is not None:
-            nsqd.logger.info("HTTP: closing %s", _listen_name(self.http_runner))
-            await self.http_runner.cleanup()
-        if self.https_runner is not None:
-            nsqd.logger.info("HTTPS: closing %s", _listen_name(self.https_runner))
-            await self.https_runner.cleanup()
+        for label, server in (("HTTP", self.http_server), ("HTTPS", self.https_server)):
+            if server is not None:
+                nsqd.logger.info("%s: closing %s", label, listener_name(server.sockets[0]))
+                await server.close()
         if nsqd.auth is not None:
             await nsqd.auth.close()
         nsqd.persist_at_exit()
@@ -110,12 +113,6 @@ class Server:
         if nsqd.replicas is not None:
             nsqd.replicas.close()
         await nsqd.close()
-
-
-def _listen_name(runner: Any) -> str:
-    """How upstream names an HTTP listener in its log: the socket path, or ``host:port``."""
-    name = runner.addresses[0] if runner.addresses else ""
-    return join_host_port(name[0], name[1]) if isinstance(name, tuple) else str(name)
 
 
 def _sockname(server: asyncio.AbstractServer) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 from ..protocol.message import encode_message
 from ..protocol.names import is_ephemeral
@@ -100,14 +100,19 @@ class Topic:
             items = items[space:]
         if self.ephemeral:
             return
-        now, now_ns = _monotonic(), time.time_ns()
-        for it in items:
-            if len(it) == 5:
-                # the disk record has no room for a due time: remember it beside the queue
-                # (upstream drops the delay here, its issue #1375)
-                self.due_after_restart[it[0]] = now_ns + int((it[4] - now) * 1e9)
+        if len(items) == 1 and len(items[0]) == 4:  # one publish (PUB, HTTP /pub)
+            write: Any = self.backend.put
+            records: Any = encode_message(*items[0])
+        else:
+            now, now_ns = _monotonic(), time.time_ns()
+            for it in items:
+                if len(it) == 5:
+                    # the disk record has no room for a due time: remember it beside the queue
+                    # (upstream drops the delay here, its issue #1375)
+                    self.due_after_restart[it[0]] = now_ns + int((it[4] - now) * 1e9)
+            write, records = self.backend.put_many, [encode_message(*it[:4]) for it in items]
         try:
-            self.backend.put_many([encode_message(*it[:4]) for it in items])
+            write(records)
         except OSError as err:
             self.nsqd.set_health_error(err)
             raise

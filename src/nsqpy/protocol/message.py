@@ -71,7 +71,7 @@ class IdFactory:
     instead borrow the next tick, which keeps ids unique and increasing without blocking the loop.
     """
 
-    __slots__ = ("_node_bits", "_last_tick", "_seq")
+    __slots__ = ("_node_bits", "_last_tick", "_seq", "_prefix", "_prefix_tick")
 
     def __init__(self, node_id: int) -> None:
         if not 0 <= node_id < 1 << NODE_ID_BITS:
@@ -79,6 +79,8 @@ class IdFactory:
         self._node_bits = node_id << SEQUENCE_BITS
         self._last_tick = 0
         self._seq = 0
+        self._prefix = b""  # the hex before the sequence digits, for ``_prefix_tick``
+        self._prefix_tick = -1
 
     def next_ids(self, count: int) -> list[bytes]:
         """``count`` fresh ids; one clock read for the whole batch."""
@@ -104,4 +106,18 @@ class IdFactory:
         return ids
 
     def next_id(self) -> bytes:
-        return self.next_ids(1)[0]
+        """One fresh id (an HTTP publish): the tick's prefix is kept, so an id is one concat."""
+        tick = time.time_ns() >> 20
+        if tick > self._last_tick:
+            self._last_tick = tick
+            self._seq = 0
+        seq = self._seq
+        if seq > _SEQUENCE_MASK:
+            return self.next_ids(1)[0]  # (the tick is used up: borrow the next one there)
+        tick = self._last_tick
+        if tick != self._prefix_tick:
+            self._prefix = b"%013x" % ((((tick - _TWEPOCH) << 22) | self._node_bits)
+                                       >> SEQUENCE_BITS)
+            self._prefix_tick = tick
+        self._seq = seq + 1
+        return self._prefix + _SEQ_HEX[seq]

@@ -92,6 +92,7 @@ def test_one_interval_carries_every_upstream_key(nsqd_factory, receiver):
     node = nsqd_factory(f"--statsd-address={receiver.address}", "--statsd-interval=2s",
                         "--e2e-processing-latency-percentile=1.0,0.99")
     prefix = "nsq.127_0_0_1_%d." % node.http_port
+    # a string option: answered as its text, as upstream's RespondV1 writes strings
     assert http(node, "GET", "/config/statsd_prefix") == prefix.encode()
     conns = _build_state(node, topic, eph_topic)
     try:

@@ -8,16 +8,16 @@ them. Errors in upstream's shape, ``{"message": ...}``.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...common.goweb import ApiError, first_value
-from ..http import Route, _json, _query
+from ...common.http_api import v1_json
+from ...httpserver import Request
+from ..http import Route
 from .names import is_valid_group, parse_name, parse_seq
 
 if TYPE_CHECKING:
-    from ..http import HttpApi
+    from ..http import NsqdHTTP
     from .lease import Lease
     from .registry import Leases
 
@@ -50,20 +50,20 @@ def selected(leases: "Leases", query: dict[str, list[str]]) -> list["Lease"]:
     return found
 
 
-def lease_routes(api: "HttpApi") -> list[Route]:
+def lease_routes(api: "NsqdHTTP") -> list[Route]:
     leases: "Leases" = api.nsqd.leases
 
-    def action(act: Callable[[list["Lease"]], int]):
-        async def handler(request: web.Request, _: str) -> web.Response:
+    def action(act: Callable[[list["Lease"]], int]) -> Callable[[Request], Any]:
+        def handler(request: Request) -> Any:
             if api.nsqd.exiting:
                 raise ApiError(503, "EXITING")
-            found = selected(leases, _query(request))
+            found = selected(leases, api.query(request))
             messages = act(found)
-            return _json({"leases": len(found), "messages": messages})
+            return v1_json({"leases": len(found), "messages": messages})
         return handler
 
-    async def listing(request: web.Request, _: str) -> web.Response:
-        query = _query(request)
+    def listing(request: Request) -> Any:
+        query = api.query(request)
         group = first_value(query, "group")
         topic = first_value(query, "topic")
         channel = first_value(query, "channel")
@@ -75,7 +75,7 @@ def lease_routes(api: "HttpApi") -> list[Route]:
                     and (topic is None or doc["topic"] == topic)
                     and (channel is None or doc["channel"] == channel)):
                 out.append(doc)
-        return _json({"leases": out})
+        return v1_json({"leases": out})
 
     return [
         Route("POST", "/lease/fin", action(leases.finish)),

@@ -12,25 +12,28 @@ TOPIC_NOT_FOUND/CHANNEL_NOT_FOUND (404).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
-from aiohttp import web
 
 from . import config as ec
 from ...common.goweb import ApiError, first_value
+from ...common.http_api import v1_json
+from ...httpserver import Request
 from .drain import start_drain
-from ..http import Route, _empty, _json, _query, _read_bounded
+from ..http import EMPTY, Route
 from .peek import MAX_PEEK, STATES, peek_channel, peek_topic
 
 if TYPE_CHECKING:
-    from ..http import HttpApi
+    from ..http import NsqdHTTP
 
 MAX_CONFIG_BODY = 1 << 16
 
 
-async def _read_update(request: web.Request) -> dict:
-    body = await _read_bounded(request, MAX_CONFIG_BODY + 1)
+def _read_update(request: Request) -> dict:
+    body = request.body
+    if body is None:  # the body broke off
+        raise ApiError(500, "INTERNAL_ERROR")
     if len(body) > MAX_CONFIG_BODY:
         raise ApiError(413, "BODY_TOO_BIG")
     try:
@@ -43,8 +46,7 @@ async def _read_update(request: web.Request) -> dict:
         raise ApiError(400, err.message) from None
 
 
-def _peek_args(request: web.Request) -> tuple[int, str | None]:
-    query = _query(request)
+def _peek_args(query: dict[str, list[str]]) -> tuple[int, str | None]:
     raw_n = first_value(query, "n")
     n = 10
     if raw_n is not None:
@@ -57,48 +59,51 @@ def _peek_args(request: web.Request) -> tuple[int, str | None]:
     return n, state
 
 
-def lifecycle_routes(api: "HttpApi") -> list[Route]:
+def lifecycle_routes(api: "NsqdHTTP") -> list[Route]:
     """The routes, as closures over the API object (its argument helpers and persistence)."""
 
-    async def configure(request: web.Request, owner, apply, effective) -> web.Response:
+    def configure(request: Request, owner: Any, apply: Callable[[Any], None],
+                  effective: Callable[[Any], Any]) -> Any:
         if request.method == "POST":
-            update = await _read_update(request)
+            update = _read_update(request)
             owner.config = ec.merged(owner.config, update)
             apply(owner)
-            api._persist_metadata()  # at once, so a crash cannot undo an acknowledged change
-        return _json(ec.render(effective(owner)))
+            api.persist_metadata()  # at once, so a crash cannot undo an acknowledged change
+        return v1_json(ec.render(effective(owner)))
 
-    async def topic_config(request: web.Request, _: str) -> web.Response:
-        topic = api._existing_topic(api._topic_arg(_query(request)))
-        return await configure(request, topic, ec.apply_topic, ec.effective_topic)
+    def topic_config(request: Request) -> Any:
+        topic = api.existing_topic(api.topic_arg(api.query(request)))
+        return configure(request, topic, ec.apply_topic, ec.effective_topic)
 
-    async def channel_config(request: web.Request, _: str) -> web.Response:
-        topic, name = api._topic_and_channel_args(request)
-        channel = api._existing_channel(topic, name)
-        return await configure(request, channel, ec.apply_channel, ec.effective_channel)
+    def channel_config(request: Request) -> Any:
+        topic, name = api.topic_and_channel(request)
+        channel = api.existing_channel(topic, name)
+        return configure(request, channel, ec.apply_channel, ec.effective_channel)
 
-    async def topic_peek(request: web.Request, _: str) -> web.Response:
-        topic = api._existing_topic(api._topic_arg(_query(request)))
-        n, state = _peek_args(request)
-        return _json(peek_topic(topic, n, state))
+    def topic_peek(request: Request) -> Any:
+        query = api.query(request)
+        topic = api.existing_topic(api.topic_arg(query))
+        n, state = _peek_args(query)
+        return v1_json(peek_topic(topic, n, state))
 
-    async def channel_peek(request: web.Request, _: str) -> web.Response:
-        topic, name = api._topic_and_channel_args(request)
-        channel = api._existing_channel(topic, name)
-        n, state = _peek_args(request)
-        return _json(peek_channel(channel, n, state))
+    def channel_peek(request: Request) -> Any:
+        topic, name = api.topic_and_channel(request)
+        channel = api.existing_channel(topic, name)
+        n, state = _peek_args(api.query(request))
+        return v1_json(peek_channel(channel, n, state))
 
-    async def drain(request: web.Request, _: str) -> web.Response:
+    def drain(request: Request) -> Any:
         if api.nsqd.exiting:
             raise ApiError(503, "EXITING")
         start_drain(api.nsqd)
-        return _empty()
+        return EMPTY
 
+    body = MAX_CONFIG_BODY + 1  # a settings update is read whole, at most this much
     return [
         Route("GET", "/topic/config", topic_config),
-        Route("POST", "/topic/config", topic_config),
+        Route("POST", "/topic/config", topic_config, body),
         Route("GET", "/channel/config", channel_config),
-        Route("POST", "/channel/config", channel_config),
+        Route("POST", "/channel/config", channel_config, body),
         Route("GET", "/topic/peek", topic_peek),
         Route("GET", "/channel/peek", channel_peek),
         Route("POST", "/drain", drain),

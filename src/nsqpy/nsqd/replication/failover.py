@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...common.addr import split_host_port
 from ...common.goweb import first_value
-from ..http import Route, _json, _query
+from ...common.http_api import v1_error, v1_json
+from ..http import Route
 
 if TYPE_CHECKING:
     from ..nsqd import NSQD
@@ -83,24 +84,23 @@ class Failover:
             self._task.cancel()
 
 
-def adopt_request(nsqd: "NSQD", origin: str | None) -> tuple[int, dict]:
+def adopt_request(nsqd: "NSQD", origin: str | None) -> Any:
     """``POST /replication/adopt?origin=HOST:PORT``: the operator knows the origin is gone."""
     host = nsqd.replicas
     if not origin:
-        return 400, {"message": "MISSING_ARG_ORIGIN"}
+        return v1_error(400, "MISSING_ARG_ORIGIN")
     keys = [k for k, o in host.origins.items() if o.address == origin]
     if not keys:
-        return 404, {"message": "ORIGIN_NOT_FOUND"}
+        return v1_error(404, "ORIGIN_NOT_FOUND")
     if any(host.origins[k].session is not None for k in keys):
-        return 409, {"message": "ORIGIN_LINKED"}
-    return 200, {"origin": origin, "adopted": sum(host.failover.adopt(k) for k in keys)}
+        return v1_error(409, "ORIGIN_LINKED")
+    return v1_json({"origin": origin, "adopted": sum(host.failover.adopt(k) for k in keys)})
 
 
 def adopt_routes(api: Any) -> list[Route]:
     """nsqd's HTTP API gains ``POST /replication/adopt`` on a node that accepts replicas."""
 
-    async def adopt(request: Any, _: str) -> Any:
-        status, doc = adopt_request(api.nsqd, first_value(_query(request), "origin"))
-        return _json(doc, status)
+    def adopt(request: Any) -> Any:
+        return adopt_request(api.nsqd, first_value(api.query(request), "origin"))
 
     return [Route("POST", "/replication/adopt", adopt)]

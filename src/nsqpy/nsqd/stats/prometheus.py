@@ -13,12 +13,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ... import NSQ_COMPAT_VERSION
 from ...common.flags import Flag, extensions
-from ...common.prometheus import Exposition, Family, http_response, labels, process_metrics
+from ...common.prometheus import CONTENT_TYPE, Exposition, Family, labels, process_metrics
 from . import snapshot as nsq_stats
 
 if TYPE_CHECKING:
-    from aiohttp import web
-
     from ..nsqd import NSQD
 
 
@@ -185,7 +183,13 @@ def routes(nsqd: "NSQD", route: Callable[..., Any]) -> list[Any]:
     if not nsqd.options.metrics:
         return []
 
-    async def metrics(request: "web.Request", _: str) -> "web.Response":
-        return http_response(render(nsqd))
+    # (the HTTP layer is not imported with this module: main.py reads the flags above first)
+    from ...httpserver.wire import Head
+
+    # a scrape's answer carries the text format's type (its ``version`` parameter included)
+    head = Head(200, (("Content-Type", CONTENT_TYPE),))
+
+    def metrics(request: Any) -> tuple[Head, bytes]:
+        return head, render(nsqd)
 
     return [route("GET", "/metrics", metrics)]

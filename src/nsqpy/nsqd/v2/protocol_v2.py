@@ -40,7 +40,6 @@ from .client import (
     STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, check_identify_types, go_identify_text,
 )
 from ...common.goweb import go_json
-from .tls import TLS_REQUIRED_FALSE
 
 if TYPE_CHECKING:
     from .auth import AuthState
@@ -96,7 +95,7 @@ class ProtocolV2:
         self.client = client
         self.acked = False  # a FIN/REQ/RDY made room under RDY: the channel should dispatch
         self._auth_recheck = False  # the command being retried follows a fresh re-query
-        self._tls_pending = nsqd.options.tls_required != TLS_REQUIRED_FALSE
+        self._tls_pending = nsqd.options.tls_required != "false"  # (v2/tls.py: TLS_REQUIRED_FALSE)
         # the current state's row of the table: command name -> (handler, next state)
         self.commands: dict[bytes, tuple[Handler, int | None]] = (
             TLS_PENDING if self._tls_pending else STATES[client.state])

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Callable
 from ...protocol.compression import CompressionError, DeflateCodec, SnappyCodec
 from ...protocol.errors import E_AUTH_FAILED, E_IDENTIFY_FAILED, FatalError
 from ...protocol.frames import OK_FRAME
-from .tls import TLSInfo
 
 if TYPE_CHECKING:
     from ...protocol.commands import CommandParser
@@ -161,6 +160,8 @@ class StreamStack:
         self._io_paused = False
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
+            from .tls import TLSInfo  # (loaded with the first TLS client)
+
             self.client.tls_info = TLSInfo(ssl_object, nsqd.tls_context)
         self.protocol.tls_established()
         self._send_now(OK_FRAME)  # the first frame over TLS
