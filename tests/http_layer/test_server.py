@@ -500,3 +500,19 @@ def test_a_client_that_does_not_read_its_answers_is_not_read_either(layer):
         assert len(held) == 1 and held[0][0] < 2 << 20 and held[0][1] < 10_000, held
     finally:
         s.close()
+
+
+def test_request_log_is_flushed_before_the_answers_leave(layer, client):
+    """Answers of the connections read in one loop iteration go out together, after one call
+    of ``before_write`` (the daemons flush their request log there): a client never holds an
+    answer whose request was not flushed to the log yet."""
+    flushes: list[int] = []
+    server = layer(before_write=lambda: flushes.append(len(server.app.rec.calls)))
+    clients = [client(server.port) for _ in range(5)]
+    for c in clients:
+        c.send(GET_PING)
+    for done, c in enumerate(clients, 1):
+        assert c.read_answer()[2] == b"OK"
+        handled = server.call(lambda: (len(server.app.rec.calls), list(flushes)))
+        assert handled[1] and handled[1][-1] >= done, handled  # our request was logged first
+    assert 1 <= len(flushes) <= 5 and flushes[-1] == 5

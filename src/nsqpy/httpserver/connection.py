@@ -49,6 +49,8 @@ class Listener(Protocol):
 
     def connection_made(self, conn: "HTTPConnection") -> None: ...
 
+    def write_soon(self, conn: "HTTPConnection") -> None: ...
+
     def internal_error(self, conn: "HTTPConnection", err: BaseException) -> None: ...
 
     def handler_failed(self, req: Request, err: BaseException) -> None: ...
@@ -93,7 +95,7 @@ class HTTPConnection(asyncio.Protocol):
     __slots__ = ("server", "app", "transport", "parser", "url", "headers", "method_override",
                  "url_override", "req", "queue", "running", "out", "closing", "close_after_write",
                  "paused", "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed",
-                 "ready", "heads", "out_size", "backlogged")
+                 "ready", "heads", "out_size", "backlogged", "write_queued")
 
     def __init__(self, server: Listener) -> None:
         self.server = server
@@ -121,6 +123,7 @@ class HTTPConnection(asyncio.Protocol):
         self.heads = HeadReader(self, server.date)
         self.out_size = 0  # bytes of answers in ``out``
         self.backlogged = False  # handlers wait until those are handed to the transport
+        self.write_queued = False  # the server writes our answers at the end of this iteration
 
     # --- asyncio callbacks ----------------------------------------------------------------------
 
@@ -192,8 +195,11 @@ class HTTPConnection(asyncio.Protocol):
                               and completed == self.completed)
         if self.head_bytes == 0:
             self.head_bytes = len(data)
-        if self.out or self.closing:
+        if self.closing:
             self.write_out()
+        elif self.out and not self.write_queued:
+            self.write_queued = True
+            self.server.write_soon(self)
 
     def _feed_failed(self, data: bytes, err: Exception, clean: bool) -> None:
         """What stopped the parser: our own stop, an ``Upgrade`` (Go reads on), or a request
@@ -632,7 +638,7 @@ class HTTPConnection(asyncio.Protocol):
     def _flush(self) -> None:
         self.write_out()
 
-    def write_out(self) -> None:
+    def write_out(self, logged: bool = False) -> None:
         """One write for everything this connection owes now, then the close it decided on.
         The server's ``before_write`` runs first: a request's log line precedes its answer,
         as in Go (it logs before its buffered answer leaves). Requests held back because
@@ -646,8 +652,9 @@ class HTTPConnection(asyncio.Protocol):
                 return
             if out:
                 before = self.server.before_write
-                if before is not None:
+                if before is not None and not logged:
                     before()
+                logged = False  # requests run below log lines of their own
                 transport.write(out[0] if len(out) == 1 else b"".join(out))
                 out.clear()
             self.out_size = 0

@@ -60,6 +60,8 @@ class HTTPServer:
         self.sockets: list[socket.socket] = []
         self._tick: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: connections whose answers go out at the end of this loop iteration, together
+        self._to_write: list[HTTPConnection] = []
 
     async def serve(self, sock: socket.socket, backlog: int = 1024) -> None:
         """Accept connections on a bound socket (``AF_INET``/``AF_INET6``/``AF_UNIX``)."""
@@ -104,6 +106,24 @@ class HTTPServer:
             _keepalive(sock)
         if self._tick is None:
             self._on_tick()
+
+    def write_soon(self, conn: HTTPConnection) -> None:
+        """Write ``conn``'s answers once every connection readable in this loop iteration has
+        been read: their request log lines then leave in one write before all their answers
+        (one log write per request cost a tenth of a ``/ping``)."""
+        to_write = self._to_write
+        if not to_write:
+            (self._loop or asyncio.get_running_loop()).call_soon(self._write_all)
+        to_write.append(conn)
+
+    def _write_all(self) -> None:
+        to_write, self._to_write = self._to_write, []
+        before = self.before_write
+        if before is not None:
+            before()
+        for conn in to_write:
+            conn.write_queued = False
+            conn.write_out(logged=True)
 
     def handler_failed(self, request: Request, err: BaseException) -> None:
         """A handler raised: the connection is dropped, as Go drops it after a panic."""
