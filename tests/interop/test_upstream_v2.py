@@ -2,7 +2,8 @@
 and the same per-connection log lines (issue #10 items 1, 2 and 7).
 
 Needs upstream's binaries: ``NSQ_UPSTREAM_BIN`` names the directory holding its ``nsqd`` (built
-from source; never committed). Skipped without it.
+from source; never committed; default /work/upstream/bin, as the other side-by-side tests). Skipped
+without it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 from helpers.servers import Nsqd, ServerProcess, free_port
 
-UPSTREAM_NSQD = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/nonexistent")) / "nsqd"
+UPSTREAM_NSQD = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin")) / "nsqd"
 pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.skipif(not UPSTREAM_NSQD.exists(), reason="NSQ_UPSTREAM_BIN has no upstream nsqd"),
