@@ -25,8 +25,9 @@ def get_json(addr: str, path: str):
         raise
 
 
-def post(addr: str, path: str) -> None:
-    urllib.request.urlopen(urllib.request.Request(f"http://{addr}{path}", method="POST"), timeout=5)
+def post(addr: str, path: str, body: bytes | None = None) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"http://{addr}{path}", data=body, method="POST"),
+                           timeout=5)
 
 
 def producers(lookupd: Nsqlookupd, topic: str) -> set[int]:
@@ -91,14 +92,14 @@ def test_channels_are_registered_and_precreated_on_new_topics(cluster):
     w.sub(topic, "archive")
     wait_until(lambda: get_json(lookupds[1].http_address, f"/channels?topic={topic}") ==
                {"channels": ["archive"]}, what="channel registration")
-    # a message published on another node for a topic new there still reaches "archive"
-    # (the lookupd query runs in the background; the message waits at the topic until it is done)
+    # a message published on another node for a topic new there reaches "archive": as upstream's
+    # publish blocks in GetTopic on the lookupd query, the OK comes once the channel exists
     Wire(nodes[1].tcp_address).pub(topic, b"first")
+    post(nodes[2].http_address, f"/pub?topic={topic}", b"second")
 
-    def archived():
-        chans = get_json(nodes[1].http_address, f"/stats?format=json&topic={topic}")["topics"][0]["channels"]
-        return [(c["channel_name"], c["depth"]) for c in chans] == [("archive", 1)]
-    wait_until(archived, what="the pre-created channel to hold the first message")
+    for node in nodes[1:]:
+        chans = get_json(node.http_address, f"/stats?format=json&topic={topic}")["topics"][0]["channels"]
+        assert [(c["channel_name"], c["depth"]) for c in chans] == [("archive", 1)]
 
 
 def test_clean_stop_leaves_at_once_and_kill9_leaves_too(cluster):

@@ -32,6 +32,7 @@ response (``(Head, body)``; see :func:`v1_json` and friends), an awaitable of on
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import inspect
 import itertools
@@ -327,14 +328,19 @@ class NsqdHTTP:
                               topic.name, len(msgs), err)
             raise ApiError(*_PUT_FAILED) from None
 
-    def _published(self) -> Any:
-        """``OK`` now, or in ``--replication-ack=sync`` mode once the peer stored the batch."""
+    def _published(self, topic: "Topic") -> Any:
+        """``OK`` now; once a topic this publish created has lookupd's channels (upstream's
+        ``GetTopic`` blocks on that query); in ``--replication-ack=sync`` mode once the peer
+        stored the batch."""
+        pending: list[Any] = [] if topic.ready else [topic.wait_ready()]
         replicator = self.nsqd.replicator
         if replicator is not None:
             acked = replicator.acked()
             if acked is not None:
-                return _after(acked, OK_PUBLISHED)
-        return OK_PUBLISHED
+                pending.append(acked)
+        if not pending:
+            return OK_PUBLISHED
+        return _after(pending[0] if len(pending) == 1 else asyncio.gather(*pending), OK_PUBLISHED)
 
     # --- handlers ------------------------------------------------------------------------------
 
@@ -388,7 +394,7 @@ class NsqdHTTP:
                 raise ApiError(400, "INVALID_DEFER")
         msg = (self.nsqd.id_factory.next_id(), body, time.time_ns(), 0)
         self._put(topic, [msg], size, delay_ns / 1e9)
-        return self._published()
+        return self._published(topic)
 
     def mpub(self, request: Request) -> Any:
         """Runs when the head is in: refusals from it, then a reader for the body."""
@@ -418,11 +424,11 @@ class NsqdHTTP:
                 self._put(topic, [], 0)
         except ApiError as err:
             return v1_error(err.status, err.message)
-        return self._published()
+        return self._published(topic)
 
-    def topic_create(self, request: Request) -> Response:
-        self.topic_for_publish(self.query(request))
-        return EMPTY
+    def topic_create(self, request: Request) -> Any:
+        topic = self.topic_for_publish(self.query(request))
+        return EMPTY if topic.ready else _after(topic.wait_ready(), EMPTY)
 
     def topic_delete(self, request: Request) -> Response:
         name = first_value(self.query(request, reads_body=True), "topic")
@@ -453,10 +459,10 @@ class NsqdHTTP:
         self.persist_metadata()
         return EMPTY
 
-    def channel_create(self, request: Request) -> Response:
+    def channel_create(self, request: Request) -> Any:
         topic, channel_name = self.topic_and_channel(request)
         topic.get_channel(channel_name)
-        return EMPTY
+        return EMPTY if topic.ready else _after(topic.wait_ready(), EMPTY)
 
     def channel_delete(self, request: Request) -> Response:
         topic, channel_name = self.topic_and_channel(request)

@@ -8,6 +8,7 @@ bounded batches once there is somewhere to go, so a large backlog never blocks t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from typing import Any, Callable
@@ -37,6 +38,8 @@ class Topic:
         self.exiting = False
         # False while channels known to lookupd are being pre-created: messages wait at the topic
         self.ready = True
+        # futures of publishers whose answer waits for that (upstream's GetTopic blocks on it)
+        self._ready_waiters: list[asyncio.Future] = []
         self.due_after_restart: dict[bytes, int] = (
             {} if self.ephemeral else take_deferred_sidecar(nsqd.data_path, name))
         self.message_count = 0
@@ -204,7 +207,24 @@ class Topic:
     def start(self) -> None:
         """Let messages flow to channels (after lookupd's channels were pre-created)."""
         self.ready = True
+        self._wake_ready()
         self._schedule_pump()
+
+    def wait_ready(self) -> "asyncio.Future[None]":
+        """Done once :meth:`start` ran (or the topic goes away): a publish that created the
+        topic is answered then, as upstream answers it after its blocking lookupd query."""
+        fut = self.nsqd.loop.create_future()
+        if self.ready or self.exiting:
+            fut.set_result(None)
+        else:
+            self._ready_waiters.append(fut)
+        return fut
+
+    def _wake_ready(self) -> None:
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     def empty(self) -> None:
         self.mem.clear()
@@ -218,6 +238,7 @@ class Topic:
 
     def close(self, flush: bool) -> None:
         self.exiting = True
+        self._wake_ready()
         for channel in self.channels.values():
             channel.close(flush)
         if flush and not self.ephemeral:
@@ -245,6 +266,7 @@ class Topic:
 
     def delete(self) -> None:
         self.exiting = True
+        self._wake_ready()
         for channel in list(self.channels.values()):
             channel.delete()
         self.channels.clear()

@@ -35,7 +35,7 @@ from ...protocol.errors import ClientError, FatalError, ProtocolError
 from ...protocol.frames import encode_error
 from .client import STATE_SUBSCRIBED, ClientV2
 from .liveness import Liveness
-from .protocol_v2 import Handover, NeedAuth, ProtocolV2
+from .protocol_v2 import Handover, NeedAuth, NeedTopic, ProtocolV2
 from .stream_stack import StreamStack
 
 if TYPE_CHECKING:
@@ -236,6 +236,10 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
                 self._hold(items, item, need.retry)
                 self._task = self.nsqd.loop.create_task(self._auth_query(need.first))
                 break
+            except NeedTopic as need:
+                self._hold(items, item, False)
+                self._task = self.nsqd.loop.create_task(self._topic_ready(need.topic))
+                break
             if upgrade is not None:
                 if type(upgrade) is Handover:
                     try:
@@ -261,6 +265,16 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
             self._flush()
 
     # --- the gate: holding commands back while the connection waits ----------------------------
+
+    async def _topic_ready(self, topic: Any) -> None:
+        """The owed OK of a publish that created its topic (:class:`NeedTopic`), then the rest."""
+        await topic.wait_ready()
+        self._task = None
+        if self._closed:
+            return
+        self.protocol.answer_ok()
+        self._flush()
+        self._release()
 
     def _base_gate(self) -> int | None:
         return _G_THROTTLE if not self.client.writable and self.client.state >= STATE_SUBSCRIBED else None

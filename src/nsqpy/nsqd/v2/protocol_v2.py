@@ -82,6 +82,17 @@ class NeedAuth(Exception):
         self.retry = retry
 
 
+class NeedTopic(Exception):
+    """A publish created its topic and the topic still waits for lookupd's channel list: the
+    messages are queued, the ``OK`` is owed. The connection answers once ``topic.wait_ready()``
+    is done (:meth:`ProtocolV2.answer_ok`) and holds the commands after it until then, as
+    upstream's publish blocks in ``GetTopic`` on that query."""
+
+    def __init__(self, topic: Any) -> None:
+        super().__init__()
+        self.topic = topic
+
+
 Handler = Callable[["ProtocolV2", list, Any], Optional[Upgrade]]
 
 
@@ -362,8 +373,14 @@ class ProtocolV2:
             self._check_auth("RSUB", REPLICATION_AUTH_NAME, REPLICATION_AUTH_NAME)
         return Handover(params)
 
-    def _ok(self) -> None:
-        """A publish's OK: now, or once the replication peer stored it (``--replication-ack=sync``)."""
+    def _ok(self, topic: Any) -> None:
+        """A publish's OK: now, once the topic is ready (:class:`NeedTopic`), or once the
+        replication peer stored it (``--replication-ack=sync``)."""
+        if not topic.ready:
+            raise NeedTopic(topic)
+        self.answer_ok()
+
+    def answer_ok(self) -> None:
         replicator = self.nsqd.replicator
         if replicator is None:
             self.client.out.append(OK_FRAME)
@@ -383,7 +400,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_PUB_FAILED, f"PUB failed {err}") from None
         self.client.published(topic_name, 1)
-        self._ok()
+        self._ok(topic)
 
     def mpub(self, params: list[bytes], bodies: list[bytes]) -> None:
         topic_name = params[1].decode("ascii")
@@ -399,7 +416,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self.client.published(topic_name, len(bodies))
-        self._ok()
+        self._ok(topic)
 
     def dpub(self, params: list[bytes], body: bytes) -> None:
         topic_name = params[1].decode("ascii")
@@ -413,7 +430,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_DPUB_FAILED, f"DPUB failed {err}") from None
         self.client.published(topic_name, 1)
-        self._ok()
+        self._ok(topic)
 
 
 # --- the V2 state table: state -> {command: (handler, next state or None)} ---------------------
