@@ -28,6 +28,7 @@ from ...common.addr import split_host_port
 from ...protocol.commands import MAGIC_V2
 from ...protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
 from .reship import drop_adopted, reship_records
+from .silence import Silence
 from ..v2.tls import client_context
 from ...protocol.replication import (
     CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msg_owed, enc_msgs, enc_pumped,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 INCARNATION_FILE = "nsqd.replication.json"
 RECONNECT_INTERVAL = 1.0
 KEEPALIVE_INTERVAL = 1.0
-ACK_TIMEOUT = 5.0               # no ack progress for this long (with batches unacked): peer gone
+ACK_TIMEOUT = 5.0  # no ack (batches unacked) or no RSUB answer for this long: peer gone
 MAX_UNACKED_BYTES = 64 << 20    # async: past this much unacked, publishes are not shipped
 MAX_DEGRADED_BYTES = 16 << 20   # small records kept while the link is down
 RESHIP_BATCH_BYTES = 1 << 20
@@ -93,14 +94,34 @@ class _Link(asyncio.Protocol):
         self.decoder = FrameDecoder(1 << 20)
         self.up = False
         self.magic = magic  # False: the V2 handshake (IDENTIFY, TLS, AUTH) already happened
+        self.silence: Silence | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         rep = self.rep
+        rep.pending = self
+        # the peer's silence while it owes an answer, in our own running time (issue #25)
+        self.silence = Silence(rep.nsqd.loop, ACK_TIMEOUT, self._silent)
         rsub = encode_rsub(rep.origin, rep.incarnation, rep.nsqd.http_port)
         transport.write(MAGIC_V2 + rsub if self.magic else rsub)  # type: ignore[attr-defined]
 
+    def _silent(self, seconds: float) -> bool:
+        """True: nothing was owed (no batch unacked), the watch goes on."""
+        transport, rep = self.transport, self.rep
+        if transport is None:
+            return False
+        if not self.up:
+            rep.logger.error("REPLICATION: peer %s did not answer RSUB for %.1fs", rep.peer, seconds)
+        elif rep.link is self and rep._inflight:
+            rep.logger.error("REPLICATION: peer %s did not ack for %.1fs", rep.peer, seconds)
+        else:
+            return True
+        transport.abort()
+        return False
+
     def data_received(self, data: bytes) -> None:
+        if self.silence is not None:
+            self.silence.heard()
         try:
             frames = self.decoder.feed(data)
         except FrameTooLarge as err:
@@ -132,6 +153,10 @@ class _Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self.silence is not None:
+            self.silence.cancel()
+        if self.rep.pending is self:
+            self.rep.pending = None
         self.rep._link_down(self, exc)
 
 
@@ -151,6 +176,7 @@ class Replicator:
         self._client_options = link_client_options(opts)
         self.origin = ""  # broadcast address:tcp port, known once listening
         self.link: _Link | None = None
+        self.pending: _Link | None = None  # connected, RSUB not answered yet
         self.state = "connecting"
         self._parts: list[bytes] = []
         self._fins: dict[tuple[str, str], list[bytes]] = {}
@@ -161,7 +187,6 @@ class Replicator:
         # seq -> (batch bytes, waiters, time shipped), oldest first
         self._inflight: dict[int, tuple[bytes, list, float]] = {}
         self._unacked_bytes = 0
-        self._last_ack = 0.0
         self._resend: list[bytes] = []  # records to ship again when the link returns
         self._degraded_bytes = 0
         self._task: asyncio.Task | None = None
@@ -290,6 +315,8 @@ class Replicator:
             return
         self._seq += 1
         batch = encode_batch(self._seq, records)
+        if not self._inflight and link.silence is not None:
+            link.silence.heard()  # the peer owes an answer from now on
         self._inflight[self._seq] = (batch, waiters, time.monotonic())
         self._unacked_bytes += len(batch)
         link.transport.write(batch)
@@ -306,7 +333,6 @@ class Replicator:
         if seq <= self._acked_seq:
             return
         self._acked_seq = seq
-        self._last_ack = time.monotonic()
         inflight = self._inflight
         done: list[Callable[[], None]] = []
         while inflight:
@@ -353,25 +379,20 @@ class Replicator:
         host, port = split_host_port(self.peer)
         while not self._closing:
             if self.link is None:
-                try:
-                    await self._connect(host, port)
-                except (OSError, NSQError) as err:
-                    if self.state != "degraded" or self.connects == 0:
-                        self.logger.warning("REPLICATION: cannot reach peer %s - %s", self.peer, err)
-                    self.state = "degraded"
+                if self.pending is None:  # one attempt at a time (a frozen peer's kernel
+                    try:                  # accepts connections it does not answer)
+                        await asyncio.wait_for(self._connect(host, port), ACK_TIMEOUT)
+                    except (OSError, NSQError, asyncio.TimeoutError) as err:
+                        if self.state != "degraded" or self.connects == 0:
+                            self.logger.warning("REPLICATION: cannot reach peer %s - %s",
+                                                self.peer, err)
+                        self.state = "degraded"
                 await asyncio.sleep(RECONNECT_INTERVAL)
                 continue
             await asyncio.sleep(KEEPALIVE_INTERVAL)
             link = self.link
             if link is None or link.transport is None:
                 continue
-            if self._inflight:
-                oldest = next(iter(self._inflight.values()))[2]
-                if time.monotonic() - max(oldest, self._last_ack) > ACK_TIMEOUT:
-                    self.logger.error("REPLICATION: peer %s did not ack for %.0fs", self.peer,
-                                      ACK_TIMEOUT)
-                    link.transport.abort()
-                    continue
             link.transport.write(encode_batch(0, b"", acked=False))  # keep-alive
 
     async def _connect(self, host: str, port: int) -> None:
@@ -396,6 +417,8 @@ class Replicator:
         """RSUB answered: resend what was unacked or kept while down, the channel map, and every
         message held in memory (the peer may have lost its copy, or missed the degraded ones)."""
         self.link = link
+        if self.pending is link:
+            self.pending = None
         self.state = "up"
         self.connects += 1
         self.logger.info("REPLICATION: linked to peer %s (incarnation %s)", self.peer,
