@@ -71,6 +71,8 @@ _CONFIG_HIDDEN = frozenset({"verbose", "worker_id"})
 # A failed disk write makes upstream's Topic.PutMessage return an error, which doPUB/doMPUB
 # report as 503 EXITING (they cannot tell it apart from a topic that is shutting down).
 _PUT_FAILED = (503, "EXITING")
+# nsqpy's sync replication found no second copy in time (opt-in; a 5xx as above: retry elsewhere)
+_NO_COPY = (503, "REPLICA_UNAVAILABLE")
 #: parsed query strings kept per API (publishers and pollers repeat theirs)
 _QUERY_CACHE_SIZE = 1024
 
@@ -333,7 +335,7 @@ class NsqdHTTP:
         if replicator is not None:
             acked = replicator.acked()
             if acked is not None:
-                return _after(acked, OK_PUBLISHED)
+                return _after_copy(acked)
         return OK_PUBLISHED
 
     # --- handlers ------------------------------------------------------------------------------
@@ -594,9 +596,12 @@ _TLS_REQUIRED_HEAD = Head(403, (("Content-Type", "application/json; charset=utf-
                                 ("X-NSQ-Content-Type", "nsq; version=1.0")))
 
 
-async def _after(pending: Any, response: Response) -> Response:
-    await pending
-    return response
+async def _after_copy(pending: Any) -> Response:
+    """A sync-replicated publish: OK once the peer stored it, or 503 when it stored nothing
+    within --replication-sync-timeout and --replication-degraded=fail (docs/replication.md §6)."""
+    if await pending is False:
+        return v1_error(*_NO_COPY)
+    return OK_PUBLISHED
 
 
 def _nanos(seconds: float) -> int:

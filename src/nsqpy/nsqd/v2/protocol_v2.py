@@ -34,7 +34,7 @@ from ...protocol.errors import (
     FatalError,
 )
 from ...protocol.fin_run import FIN_RUN
-from ...protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_response
+from ...protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_error, encode_response
 from ...protocol.names import is_valid_name
 from .client import (
     STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, check_identify_types, go_identify_text,
@@ -362,13 +362,15 @@ class ProtocolV2:
             self._check_auth("RSUB", REPLICATION_AUTH_NAME, REPLICATION_AUTH_NAME)
         return Handover(params)
 
-    def _ok(self) -> None:
-        """A publish's OK: now, or once the replication peer stored it (``--replication-ack=sync``)."""
+    def _ok(self, no_copy: bytes) -> None:
+        """A publish's OK: now, or once the replication peer stored it (``--replication-ack=sync``);
+        ``no_copy``, the command's error frame, when the peer stored nothing within
+        ``--replication-sync-timeout`` and ``--replication-degraded=fail`` (docs/replication.md §6)."""
         replicator = self.nsqd.replicator
         if replicator is None:
             self.client.out.append(OK_FRAME)
         else:
-            replicator.respond(self.client, OK_FRAME)
+            replicator.respond(self.client, OK_FRAME, no_copy)
 
     # --- publishing (topic names and sizes were checked by the parser) --------------------------
 
@@ -383,7 +385,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_PUB_FAILED, f"PUB failed {err}") from None
         self.client.published(topic_name, 1)
-        self._ok()
+        self._ok(_PUB_NO_COPY)
 
     def mpub(self, params: list[bytes], bodies: list[bytes]) -> None:
         topic_name = params[1].decode("ascii")
@@ -399,7 +401,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self.client.published(topic_name, len(bodies))
-        self._ok()
+        self._ok(_MPUB_NO_COPY)
 
     def dpub(self, params: list[bytes], body: bytes) -> None:
         topic_name = params[1].decode("ascii")
@@ -413,7 +415,14 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_DPUB_FAILED, f"DPUB failed {err}") from None
         self.client.published(topic_name, 1)
-        self._ok()
+        self._ok(_DPUB_NO_COPY)
+
+
+# sync replication without a second copy in time (nsqpy, opt-in): the publish is not acknowledged
+_NO_COPY = b"failed no replica stored within --replication-sync-timeout"
+_PUB_NO_COPY = encode_error(E_PUB_FAILED.encode() + b" PUB " + _NO_COPY)
+_MPUB_NO_COPY = encode_error(E_MPUB_FAILED.encode() + b" MPUB " + _NO_COPY)
+_DPUB_NO_COPY = encode_error(E_DPUB_FAILED.encode() + b" DPUB " + _NO_COPY)
 
 
 # --- the V2 state table: state -> {command: (handler, next state or None)} ---------------------
