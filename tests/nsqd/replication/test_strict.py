@@ -105,6 +105,15 @@ def test_strict_by_default_every_publish_kind_fails_without_a_copy(frozen_pair):
     w.pub(topic, b"after")  # the peer is back: OK again, and the copy is there
     # at-least-once: the failed publishes were queued too, and are replicated like the rest
     assert replica(b, topic)["messages"] == 8
+    with urllib.request.urlopen(f"http://{a.http_address}/metrics", timeout=5) as resp:
+        metrics = resp.read().decode()
+    labels = f'{{peer="{b.tcp_address}",degraded="fail"}}'
+    for line in (f"nsqd_replication_failed_publishes_total{labels} 5",
+                 f"nsqd_replication_waiting_publishes{labels} 0",
+                 f"nsqd_replication_link_up{labels} 1"):
+        assert line in metrics, metrics
+    with urllib.request.urlopen(f"http://{b.http_address}/metrics", timeout=5) as resp:
+        assert "nsqd_replica_messages{" in resp.read().decode()
 
 
 def test_strict_publish_waits_for_the_link_to_come_back(nsqd_factory):
