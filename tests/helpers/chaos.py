@@ -151,3 +151,54 @@ def drain(address: str, topic: str, channel: str, idle: float = 3.0,
         last = time.monotonic()
     w.close()
     return got
+
+
+class TcpConsumer(threading.Thread):
+    """SUB with a small RDY, FIN everything, reconnect when the node goes away."""
+
+    def __init__(self, address: str, topic: str, channel: str, rdy: int = 20) -> None:
+        super().__init__(daemon=True)
+        self.address, self.topic, self.channel, self.rdy = address, topic, channel, rdy
+        self.got: list[bytes] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                w = Wire(self.address, timeout=1.0)
+                w.sub(self.topic, self.channel, rdy=self.rdy)
+            except (OSError, ConnectionError, AssertionError):
+                time.sleep(0.2)
+                continue
+            try:
+                while not self.stop.is_set():
+                    self._take(w)
+                # stopping: no new messages, finish what is already on its way (a message left
+                # in flight would stay there until --msg-timeout, out of the final drain's reach)
+                w.cmd(b"RDY", b"0")
+                end = time.monotonic() + 1.5
+                while time.monotonic() < end:
+                    self._take(w)
+            except (OSError, ConnectionError):
+                time.sleep(0.2)
+            finally:
+                w.close()
+
+    def _take(self, w: Wire) -> None:
+        try:
+            frame = w.read_frame()
+        except socket.timeout:
+            return
+        if frame.frame_type == FRAME_TYPE_MESSAGE:
+            m = decode_message(frame.data)
+            self.got.append(m.body)
+            w.cmd(b"FIN", m.id)
+
+
+def publishers(tcp_address: str, http_address: str, topic: str) -> list:
+    """The chaos tests' publishers: TCP PUB, MPUB and DPUB (deferred 300 ms), HTTP /pub, /mpub."""
+    return [TcpPublisher(tcp_address, topic, "pub"),
+            TcpPublisher(tcp_address, topic, "mpub", batch=5, pause=0.01),
+            TcpPublisher(tcp_address, topic, "dpub", defer_ms=300, pause=0.01),
+            HttpPublisher(http_address, topic, "hpub", pause=0.01),
+            HttpPublisher(http_address, topic, "hmpub", batch=4, pause=0.02)]
