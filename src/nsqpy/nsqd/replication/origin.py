@@ -6,10 +6,13 @@ writes at the end of the turn (one ``call_soon``, no Task per message). Each bat
 ``OK <seq>`` by the peer once stored; with ``--replication-ack=sync`` publishers' answers wait in
 ``_inflight`` for that ack, so one round trip per loop turn is shared by every waiting publisher.
 
-While the link is down the node is *degraded* (docs/replication.md §6): publishers are answered
-at once (their message exists once, on this node), MSG records are not kept, and the small
-records (FINs, channel events, pumps) are kept, bounded, and shipped when the link returns,
-after the batches that were unacked when it dropped, followed by a SYNC of the channel map.
+While the link is down the node is *degraded* (docs/replication.md §6): MSG records are not kept
+(every held message is re-shipped when the link returns), and the small records (FINs, channel
+events, pumps) are kept, bounded, and shipped when the link returns, after the batches that were
+unacked when it dropped, followed by a SYNC of the channel map. Sync publishers then wait for the
+link's return (``--replication-degraded=fail``, the default) or are answered at once (``accept``:
+their message exists once, on this node); either way no longer than ``--replication-sync-timeout``
+(``waiting.py``).
 """
 
 from __future__ import annotations
