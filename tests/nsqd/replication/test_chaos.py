@@ -176,9 +176,12 @@ def test_ring_of_three_loses_no_acknowledged_message(ring, tornado_run, seed):
 
 # --- the pair under random faults (issue #25) ------------------------------------------------------
 
-#: seeds that found bugs, kept as regression cases (with the default random ones)
+#: seeds that found bugs, kept as regression cases (with the default random ones). None so far:
+#: seed 101 found two faults of the test itself (a consumer stopping with messages in flight; B,
+#: not replicating, holding the only copy of what it adopted when killed: a double failure), fixed
+#: in the harness; the product's bug of issue #25 is pinned by test_freeze.py and the scenario test.
 REGRESSION_SEEDS: list[int] = []
-PAIR_SECONDS = 18.0  # of faults per seed in the default run
+PAIR_SECONDS = 14.0  # of faults per seed in the default run
 
 
 def run_pair(tmp_path, seed: int, seconds: float, faults: Callable[[Pair, random.Random], str]):
