@@ -149,7 +149,7 @@ def test_no_lifecycle_keys_or_columns_without_the_feature(nsqd_factory, admin_fo
 
 def test_node_pages_show_replication_on_both_sides(nsqd_factory, admin_for, page):
     peer = nsqd_factory("--accept-replicas")
-    origin = nsqd_factory(f"--replicate-to={peer.tcp_address}")
+    origin = nsqd_factory(f"--replicate-to={peer.tcp_address}", "--replication-degraded=accept")
     wait_until(lambda: linked(origin), what="the replication link")
     topic = unique_name("rep")
     _create_channel(origin, topic, "c")

@@ -46,11 +46,11 @@ def test_tls_with_client_certificate_required(secure_nsqd, certs):
 
 def test_plain_link_to_a_tls_only_peer_stays_degraded(secure_nsqd, certs):
     peer = secure_nsqd("--accept-replicas", "--tls-required=true", certs=certs)
-    origin = secure_nsqd(f"--replicate-to={peer.tcp_address}")
+    origin = secure_nsqd(f"--replicate-to={peer.tcp_address}", "--replication-degraded=accept")
     wait_for(lambda: "refused" in origin.log(), what="the refusal logged")
     assert state(origin) == "degraded"
     w = Wire(origin.tcp_address)
-    w.pub("repl_sec", b"still answered")  # degraded: accepted, held once
+    w.pub("repl_sec", b"still answered")  # degraded (accept): accepted, held once
     w.close()
 
 

@@ -32,7 +32,6 @@ response (``(Head, body)``; see :func:`v1_json` and friends), an awaitable of on
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import inspect
 import itertools
@@ -72,6 +71,8 @@ _CONFIG_HIDDEN = frozenset({"verbose", "worker_id"})
 # A failed disk write makes upstream's Topic.PutMessage return an error, which doPUB/doMPUB
 # report as 503 EXITING (they cannot tell it apart from a topic that is shutting down).
 _PUT_FAILED = (503, "EXITING")
+# nsqpy's sync replication found no second copy in time (opt-in; a 5xx as above: retry elsewhere)
+_NO_COPY = (503, "REPLICA_UNAVAILABLE")
 #: parsed query strings kept per API (publishers and pollers repeat theirs)
 _QUERY_CACHE_SIZE = 1024
 
@@ -331,16 +332,12 @@ class NsqdHTTP:
     def _published(self, topic: "Topic") -> Any:
         """``OK`` now; once a topic this publish created has lookupd's channels (upstream's
         ``GetTopic`` blocks on that query); in ``--replication-ack=sync`` mode once the peer
-        stored the batch."""
-        pending: list[Any] = [] if topic.ready else [topic.wait_ready()]
+        stored the batch (503 when it did not in time, see :func:`_after_copy`)."""
         replicator = self.nsqd.replicator
-        if replicator is not None:
-            acked = replicator.acked()
-            if acked is not None:
-                pending.append(acked)
-        if not pending:
-            return OK_PUBLISHED
-        return _after(pending[0] if len(pending) == 1 else asyncio.gather(*pending), OK_PUBLISHED)
+        acked = replicator.acked() if replicator is not None else None
+        if not topic.ready:
+            return _after_ready(topic.wait_ready(), acked)
+        return OK_PUBLISHED if acked is None else _after_copy(acked)
 
     # --- handlers ------------------------------------------------------------------------------
 
@@ -603,6 +600,19 @@ _TLS_REQUIRED_HEAD = Head(403, (("Content-Type", "application/json; charset=utf-
 async def _after(pending: Any, response: Response) -> Response:
     await pending
     return response
+
+
+async def _after_ready(ready: Any, acked: Any) -> Response:
+    await ready
+    return OK_PUBLISHED if acked is None else await _after_copy(acked)
+
+
+async def _after_copy(pending: Any) -> Response:
+    """A sync-replicated publish: OK once the peer stored it, or 503 when it stored nothing
+    within --replication-sync-timeout and --replication-degraded=fail (docs/replication.md §6)."""
+    if await pending is False:
+        return v1_error(*_NO_COPY)
+    return OK_PUBLISHED
 
 
 def _nanos(seconds: float) -> int:

@@ -20,7 +20,7 @@ from ..common.log import make_logger
 from .leases.options import lease_flags, validate_leases
 from .lifecycle.options import lifecycle_flags, validate_lifecycle
 from .options import Options, check_options, normalize_argv, upstream_flagset
-from .replication.options import replication_flags
+from .replication.options import replication_flags, validate_replication
 from .stats.prometheus import metrics_flags
 
 
@@ -42,6 +42,7 @@ def parse_options(argv: list[str]) -> Options:
     check_options(values, explicit)
     validate_lifecycle(values, explicit)
     validate_leases(values)
+    validate_replication(values, explicit)
     return Options(values, explicit)
 
 

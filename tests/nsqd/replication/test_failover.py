@@ -119,14 +119,15 @@ def test_operator_adopts_at_once(nsqd_factory, lookupd):
 
 @pytest.mark.parametrize("mem", ["10000", "0"], ids=["memory", "disk"])
 def test_peer_loses_its_data_and_the_origin_re_replicates(nsqd_factory, lookupd, mem):
-    a, b, lk = start_pair(nsqd_factory, lookupd, f"--mem-queue-size={mem}")
+    a, b, lk = start_pair(nsqd_factory, lookupd, f"--mem-queue-size={mem}",
+                          "--replication-degraded=accept")
     topic = unique_name()
     owed = publish_and_consume_some(a, b, topic)
     b.kill9()
     shutil.rmtree(b.data_path)
     w = Wire(a.tcp_address)
     more = [b"late%02d" % i for i in range(20)]
-    w.mpub(topic, more)  # degraded: accepted, held once
+    w.mpub(topic, more)  # degraded (accept): answered at once, held once
     owed |= set(more)
     b2 = b.restart("--accept-replicas", "--replication-failover-timeout=2s", lk)
     try:

@@ -42,12 +42,16 @@
     var parts = [h('h2', null, 'Replication')];
     if (origin) {
       var up = origin.state === 'up';
-      var head = ['Role', 'Peer', 'State', '#Shipped Messages', '#Unacked Batches', '#Unacked Bytes'];
+      var head = ['Role', 'Peer', 'State', '#Shipped Messages', '#Unacked Batches', '#Unacked Bytes',
+        'Without a Copy', '#Waiting Publishes', 'Longest Wait (ms)', '#Failed for No Copy'];
+      // the publishers' wait (issue #25); blank for a node that does not report it
+      var opt = function (k) { return td(k in origin ? fmt(origin[k]) : '', true); };
       parts.push(NSQ.table(head,
         [h('tr', { 'data-replication': 'origin' }, td('origin (--replicate-to)'), td(origin.peer),
           h('td', null, badge(up ? 'linked' : origin.state, up ? 'ok' : 'danger')),
           td(fmt(origin.shipped_messages), true), td(fmt(origin.unacked_batches), true),
-          td(fmt(origin.unacked_bytes), true))]));
+          td(fmt(origin.unacked_bytes), true), td(origin.degraded_setting || ''),
+          opt('waiting_publishes'), opt('longest_wait_ms'), opt('failed_publishes'))]));
     }
     if (replicas) {
       parts.push(replicas.length

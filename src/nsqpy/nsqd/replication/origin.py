@@ -6,10 +6,13 @@ writes at the end of the turn (one ``call_soon``, no Task per message). Each bat
 ``OK <seq>`` by the peer once stored; with ``--replication-ack=sync`` publishers' answers wait in
 ``_inflight`` for that ack, so one round trip per loop turn is shared by every waiting publisher.
 
-While the link is down the node is *degraded* (docs/replication.md §6): publishers are answered
-at once (their message exists once, on this node), MSG records are not kept, and the small
-records (FINs, channel events, pumps) are kept, bounded, and shipped when the link returns,
-after the batches that were unacked when it dropped, followed by a SYNC of the channel map.
+While the link is down the node is *degraded* (docs/replication.md §6): MSG records are not kept
+(every held message is re-shipped when the link returns), and the small records (FINs, channel
+events, pumps) are kept, bounded, and shipped when the link returns, after the batches that were
+unacked when it dropped, followed by a SYNC of the channel map. Sync publishers then wait for the
+link's return (``--replication-degraded=fail``, the default) or are answered at once (``accept``:
+their message exists once, on this node); either way no longer than ``--replication-sync-timeout``
+(``waiting.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import json
 import os
 import secrets
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ...client.connection import NSQConnection
 from ...client.errors import NSQError
@@ -28,10 +31,12 @@ from ...common.addr import split_host_port
 from ...protocol.commands import MAGIC_V2
 from ...protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
 from .reship import drop_adopted, reship_records
+from .silence import SLACK, Silence
+from .waiting import Waiter, answer_all, expire, future, oldest
 from ..v2.tls import client_context
 from ...protocol.replication import (
-    CHAN_ADD, CHAN_DEL, enc_attempts, enc_chan, enc_fin, enc_msg_owed, enc_msgs, enc_pumped,
-    enc_sync,
+    CHAN_ADD, CHAN_DEL, RESHIP_END, enc_attempts, enc_chan, enc_fin, enc_msg_owed, enc_msgs, enc_pumped,
+    enc_marker, enc_sync,
     enc_topic_del, encode_batch, encode_rsub, parse_ack,
 )
 
@@ -43,7 +48,7 @@ if TYPE_CHECKING:
 INCARNATION_FILE = "nsqd.replication.json"
 RECONNECT_INTERVAL = 1.0
 KEEPALIVE_INTERVAL = 1.0
-ACK_TIMEOUT = 5.0               # no ack progress for this long (with batches unacked): peer gone
+ACK_TIMEOUT = 5.0  # no ack (batches unacked) or no RSUB answer for this long: peer gone
 MAX_UNACKED_BYTES = 64 << 20    # async: past this much unacked, publishes are not shipped
 MAX_DEGRADED_BYTES = 16 << 20   # small records kept while the link is down
 RESHIP_BATCH_BYTES = 1 << 20
@@ -93,14 +98,34 @@ class _Link(asyncio.Protocol):
         self.decoder = FrameDecoder(1 << 20)
         self.up = False
         self.magic = magic  # False: the V2 handshake (IDENTIFY, TLS, AUTH) already happened
+        self.silence: Silence | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         rep = self.rep
+        rep.pending = self
+        # the peer's silence while it owes an answer, in our own running time (issue #25)
+        self.silence = Silence(rep.nsqd.loop, ACK_TIMEOUT, self._silent)
         rsub = encode_rsub(rep.origin, rep.incarnation, rep.nsqd.http_port)
         transport.write(MAGIC_V2 + rsub if self.magic else rsub)  # type: ignore[attr-defined]
 
+    def _silent(self, seconds: float) -> bool:
+        """True: nothing was owed (no batch unacked), the watch goes on."""
+        transport, rep = self.transport, self.rep
+        if transport is None:
+            return False
+        if not self.up:
+            rep.logger.error("REPLICATION: peer %s did not answer RSUB for %.1fs", rep.peer, seconds)
+        elif rep.link is self and rep._inflight:
+            rep.logger.error("REPLICATION: peer %s did not ack for %.1fs", rep.peer, seconds)
+        else:
+            return True
+        transport.abort()
+        return False
+
     def data_received(self, data: bytes) -> None:
+        if self.silence is not None:
+            self.silence.heard()
         try:
             frames = self.decoder.feed(data)
         except FrameTooLarge as err:
@@ -132,6 +157,10 @@ class _Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self.silence is not None:
+            self.silence.cancel()
+        if self.rep.pending is self:
+            self.rep.pending = None
         self.rep._link_down(self, exc)
 
 
@@ -142,6 +171,9 @@ class Replicator:
         self.logger = nsqd.logger
         self.peer: str = opts.replicate_to
         self.sync = opts.replication_ack == "sync"
+        # --replication-degraded=fail: never OK without the peer's copy (docs/replication.md §6)
+        self.strict = self.sync and opts.replication_degraded == "fail"
+        self.sync_timeout: float = opts.replication_sync_timeout
         # the same incarnation coming back (restart, healed partition): the peer may have
         # adopted some of its messages, so channels deliver nothing until the link says which
         returning = os.path.exists(os.path.join(nsqd.data_path, INCARNATION_FILE))
@@ -151,17 +183,22 @@ class Replicator:
         self._client_options = link_client_options(opts)
         self.origin = ""  # broadcast address:tcp port, known once listening
         self.link: _Link | None = None
+        self.pending: _Link | None = None  # connected, RSUB not answered yet
         self.state = "connecting"
         self._parts: list[bytes] = []
         self._fins: dict[tuple[str, str], list[bytes]] = {}
-        self._waiters: list[Callable[[], None]] = []
+        self._waiters: list[Waiter] = []  # publishers of the records in _parts
+        self._held: list[Waiter] = []  # strict, link down: waiting for it to return
+        self._need_copy = False  # strict, link down: the publish just made waits for a copy
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_due = 0.0
+        self._expiry_deferred = False
         self._ship_scheduled = False
         self._seq = 0
         self._acked_seq = 0
-        # seq -> (batch bytes, waiters, time shipped), oldest first
-        self._inflight: dict[int, tuple[bytes, list, float]] = {}
+        # seq -> (batch bytes, its publishers), oldest first
+        self._inflight: dict[int, tuple[bytes, list[Waiter]]] = {}
         self._unacked_bytes = 0
-        self._last_ack = 0.0
         self._resend: list[bytes] = []  # records to ship again when the link returns
         self._degraded_bytes = 0
         self._task: asyncio.Task | None = None
@@ -169,6 +206,8 @@ class Replicator:
         self.shipped_messages = 0
         self.acked_batches = 0
         self.degraded_messages = 0
+        self.failed_publishes = 0  # strict: answered E_PUB_FAILED / 503 for want of a copy
+        self.accepted_single = 0  # accept: answered OK after the sync timeout, one copy
         self.events_dropped = False
         self.connects = 0
         self.adopted_ids: set[bytes] = set()
@@ -185,6 +224,9 @@ class Replicator:
             self.nsqd.loop.call_soon(self._ship)
 
     def published(self, topic: "Topic", msgs: list[tuple], held: bool, due_ns: int = 0) -> None:
+        if self.link is None and self.strict:
+            self._need_copy = True  # re-shipped when the link returns; the publisher waits
+            return
         if self.link is None or (not self.sync and self._unacked_bytes > MAX_UNACKED_BYTES):
             # degraded, or async with a peer this far behind: the message exists once
             self.degraded_messages += len(msgs)
@@ -250,20 +292,76 @@ class Replicator:
         if not topic.ephemeral:
             self._add(enc_topic_del(topic.name, held_only=True))
 
-    def respond(self, client: Any, frame: bytes) -> None:
-        """A TCP publisher's OK: now (async, degraded) or once the peer has the batch (sync)."""
-        if self.sync and self.link is not None and self._parts:
-            self._waiters.append(lambda: _late_reply(client, frame))
+    def _must_wait(self) -> bool:
+        """Sync mode: whether the publish just made waits for the peer (its records are in
+        this turn's batch, or, strict with the link down, it needs the link back)."""
+        if self.link is not None:
+            return bool(self._parts)
+        need, self._need_copy = self._need_copy, False
+        return need
+
+    def respond(self, client: Any, frame: bytes, failed: bytes = b"") -> None:
+        """A TCP publisher's OK: now (async, degraded) or once the peer has the batch (sync);
+        ``failed`` (the command's error frame) when there is no copy within the sync timeout
+        and --replication-degraded=fail."""
+        if self.sync and self._must_wait():
+            self._wait((time.monotonic(), client, frame, failed))
         else:
             client.out.append(frame)
 
     def acked(self) -> "asyncio.Future | None":
-        """For HTTP publishers: a future done when the current batch is stored by the peer."""
-        if not (self.sync and self.link is not None and self._parts):
+        """For HTTP publishers: a future whose result says whether the peer stored the batch
+        (False: strict, no copy within the sync timeout); None when there is nothing to wait for."""
+        if not (self.sync and self._must_wait()):
             return None
-        fut = self.nsqd.loop.create_future()
-        self._waiters.append(lambda: fut.done() or fut.set_result(None))
+        fut, waiter = future(self.nsqd.loop, time.monotonic())
+        self._wait(waiter)
         return fut
+
+    # --- the bounded wait (waiting.py) ----------------------------------------------------------
+
+    def _wait(self, waiter: Waiter) -> None:
+        (self._waiters if self.link is not None else self._held).append(waiter)
+        if self._expiry is None:
+            self._arm_expiry(waiter[0])
+
+    def _groups(self) -> list[list[Waiter]]:
+        return [ws for _, ws in self._inflight.values()] + [self._held, self._waiters]
+
+    def _arm_expiry(self, since: float) -> None:
+        self._expiry_due = since + self.sync_timeout
+        delay = max(0.0, self._expiry_due - time.monotonic())
+        self._expiry = self.nsqd.loop.call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._expiry = None
+        now = time.monotonic()
+        if now - self._expiry_due > SLACK and not self._expiry_deferred:
+            # we were not running (stopped, blocked): read the acks waiting on the socket first
+            self._expiry_deferred = True
+            self._expiry_due = now + 0.05
+            self._expiry = self.nsqd.loop.call_later(0.05, self._expire)
+            return
+        self._expiry_deferred = False
+        groups = self._groups()
+        n = expire(groups, now - self.sync_timeout, not self.strict)
+        if n:
+            if self.strict:
+                self.failed_publishes += n
+            else:
+                self.accepted_single += n
+            self.logger.error("REPLICATION: peer %s stored no copy within %.1fs: %d publishes %s",
+                              self.peer, self.sync_timeout, n,
+                              "failed" if self.strict else "answered OK with one copy")
+        since = oldest(groups)
+        if since is not None:
+            self._arm_expiry(since)
+
+    def waiting(self) -> tuple[int, float]:
+        """Publishes waiting for the peer now, and the longest current wait in seconds."""
+        groups = self._groups()
+        since = oldest(groups)
+        return sum(map(len, groups)), 0.0 if since is None else time.monotonic() - since
 
     # --- shipping ------------------------------------------------------------------------------
 
@@ -285,12 +383,16 @@ class Replicator:
         waiters, self._waiters = self._waiters, []
         if link is None or link.transport is None:
             self._keep_while_down(records)
-            for w in waiters:
-                w()
+            if self.strict:
+                self._held.extend(waiters)
+            else:
+                answer_all(waiters, True)
             return
         self._seq += 1
         batch = encode_batch(self._seq, records)
-        self._inflight[self._seq] = (batch, waiters, time.monotonic())
+        if not self._inflight and link.silence is not None:
+            link.silence.heard()  # the peer owes an answer from now on
+        self._inflight[self._seq] = (batch, waiters)
         self._unacked_bytes += len(batch)
         link.transport.write(batch)
 
@@ -306,19 +408,17 @@ class Replicator:
         if seq <= self._acked_seq:
             return
         self._acked_seq = seq
-        self._last_ack = time.monotonic()
         inflight = self._inflight
-        done: list[Callable[[], None]] = []
+        done: list[Waiter] = []
         while inflight:
             first = next(iter(inflight))
             if first > seq:
                 break
-            batch, waiters, _ = inflight.pop(first)
+            batch, waiters = inflight.pop(first)
             self._unacked_bytes -= len(batch)
             self.acked_batches += 1
             done.extend(waiters)
-        for w in done:
-            w()
+        answer_all(done, True)
         if (self._parts or self._fins) and not self._ship_scheduled:
             self._ship()  # what waited for room in the window
 
@@ -353,25 +453,20 @@ class Replicator:
         host, port = split_host_port(self.peer)
         while not self._closing:
             if self.link is None:
-                try:
-                    await self._connect(host, port)
-                except (OSError, NSQError) as err:
-                    if self.state != "degraded" or self.connects == 0:
-                        self.logger.warning("REPLICATION: cannot reach peer %s - %s", self.peer, err)
-                    self.state = "degraded"
+                if self.pending is None:  # one attempt at a time (a frozen peer's kernel
+                    try:                  # accepts connections it does not answer)
+                        await asyncio.wait_for(self._connect(host, port), ACK_TIMEOUT)
+                    except (OSError, NSQError, asyncio.TimeoutError) as err:
+                        if self.state != "degraded" or self.connects == 0:
+                            self.logger.warning("REPLICATION: cannot reach peer %s - %s",
+                                                self.peer, err)
+                        self.state = "degraded"
                 await asyncio.sleep(RECONNECT_INTERVAL)
                 continue
             await asyncio.sleep(KEEPALIVE_INTERVAL)
             link = self.link
             if link is None or link.transport is None:
                 continue
-            if self._inflight:
-                oldest = next(iter(self._inflight.values()))[2]
-                if time.monotonic() - max(oldest, self._last_ack) > ACK_TIMEOUT:
-                    self.logger.error("REPLICATION: peer %s did not ack for %.0fs", self.peer,
-                                      ACK_TIMEOUT)
-                    link.transport.abort()
-                    continue
             link.transport.write(encode_batch(0, b"", acked=False))  # keep-alive
 
     async def _connect(self, host: str, port: int) -> None:
@@ -396,6 +491,8 @@ class Replicator:
         """RSUB answered: resend what was unacked or kept while down, the channel map, and every
         message held in memory (the peer may have lost its copy, or missed the degraded ones)."""
         self.link = link
+        if self.pending is link:
+            self.pending = None
         self.state = "up"
         self.connects += 1
         self.logger.info("REPLICATION: linked to peer %s (incarnation %s)", self.peer,
@@ -417,19 +514,27 @@ class Replicator:
         channels = {t.name: {c.name for c in t.channels.values() if not c.ephemeral}
                     for t in self.nsqd.topics.values() if not t.ephemeral}
         resend.append(enc_sync(channels))
-        resend.extend(reship_records(self.nsqd, self.logger))
+        reship = reship_records(self.nsqd, self.logger)
+        complete = reship[-1] == enc_marker(RESHIP_END)
+        resend.extend(reship)
         chunk: list[bytes] = []
         size = 0
         for records in resend + [b""]:  # the empty sentinel flushes the last chunk
             if chunk and (not records or size + len(records) > RESHIP_BATCH_BYTES):
                 self._seq += 1
                 batch = encode_batch(self._seq, b"".join(chunk))
-                self._inflight[self._seq] = (batch, [], time.monotonic())
+                self._inflight[self._seq] = (batch, [])
                 self._unacked_bytes += len(batch)
                 link.transport.write(batch)  # type: ignore[union-attr]
                 chunk, size = [], 0
             chunk.append(records)
             size += len(records)
+        held, self._held = self._held, []
+        if held and complete:  # their messages are in the re-ship: OK once it is stored
+            self._inflight[self._seq][1].extend(held)
+        elif held:  # the re-ship was cut short (too big): no promise of a copy
+            self.failed_publishes += len(held)
+            answer_all(held, False)
 
     def _link_down(self, link: _Link, exc: Exception | None) -> None:
         if self.link is not link:
@@ -441,15 +546,18 @@ class Replicator:
         self.logger.error("REPLICATION: link to peer %s lost (%s): degraded, publishes are held "
                           "once until it returns", self.peer, exc or "closed")
         # the unacked batches are shipped again on return; their publishers are answered now
-        waiters = [w for _, ws, _ in self._inflight.values() for w in ws] + self._waiters
-        self._resend = [b[b.index(b"\n") + 5:] for b, _, _ in self._inflight.values()]
+        # (accept), or wait for the return within the sync timeout (strict)
+        waiters = [w for _, ws in self._inflight.values() for w in ws] + self._waiters
+        self._resend = [b[b.index(b"\n") + 5:] for b, _ in self._inflight.values()]
         self._degraded_bytes = sum(map(len, self._resend))
         self._inflight.clear()
         self._unacked_bytes = 0
         self._waiters = []
         self._parts = [p for p in self._parts if p[:1] != b"\x01"]
-        for w in waiters:
-            w()
+        if self.strict:
+            self._held = waiters + self._held
+        else:
+            answer_all(waiters, True)
 
     async def close(self) -> None:
         self._closing = True
@@ -467,12 +575,17 @@ class Replicator:
                 "shipped_messages": self.shipped_messages, "acked_batches": self.acked_batches,
                 "unacked_batches": len(self._inflight), "unacked_bytes": self._unacked_bytes,
                 "degraded_messages": self.degraded_messages, "events_dropped": self.events_dropped,
-                "skipped_adopted": self.skipped_adopted}
+                "skipped_adopted": self.skipped_adopted, **self.wait_stats()}
 
-
-def _late_reply(client: Any, frame: bytes) -> None:
-    client.out.append(frame)
-    client.schedule_flush()
+    def wait_stats(self) -> dict:
+        """The publishers' side of sync mode (issue #25): the setting, the bound, who waits now
+        and since when, and how many were answered without a second copy."""
+        waiting, longest = self.waiting()
+        return {"degraded_setting": "fail" if self.strict else "accept",
+                "sync_timeout_ms": round(self.sync_timeout * 1000),
+                "waiting_publishes": waiting, "longest_wait_ms": round(longest * 1000),
+                "failed_publishes": self.failed_publishes,
+                "accepted_single_copy": self.accepted_single}
 
 
 __all__ = ["Replicator", "load_incarnation"]

@@ -22,6 +22,7 @@ from ...protocol.errors import E_INVALID, FatalError
 from ...protocol.frames import encode_error, encode_response
 from ...protocol.replication import LinkParser, ReplicationError, encode_ack, parse_rsub
 from .adopt import adopt_messages, adopt_store
+from .silence import Silence
 from .store import ReplicaStore
 
 if TYPE_CHECKING:
@@ -189,11 +190,11 @@ class ReplicaSession(asyncio.Protocol):
         self.transport: asyncio.Transport | None = transport
         self.parser = LinkParser()
         self.origin: Origin | None = None
-        self.last_read = time.monotonic()
-        self._idle = host.nsqd.loop.call_later(IDLE_TIMEOUT, self._check_idle)
+        # the origin's own silence, not the time this process was stopped (issue #25)
+        self.silence = Silence(host.nsqd.loop, IDLE_TIMEOUT, self._idle)
 
     def data_received(self, data: bytes) -> None:
-        self.last_read = time.monotonic()
+        self.silence.heard()
         origin = self.origin
         if origin is None or self.transport is None:
             return
@@ -243,15 +244,10 @@ class ReplicaSession(asyncio.Protocol):
             self.transport.write(encode_error(text.encode()))
             self.transport.close()
 
-    def _check_idle(self) -> None:
-        if self.transport is None:
-            return
-        idle = time.monotonic() - self.last_read
-        if idle >= IDLE_TIMEOUT:
-            self.host.logger.error("REPLICA: no data for %.1fs, closing the link", idle)
+    def _idle(self, silent: float) -> None:
+        if self.transport is not None:
+            self.host.logger.error("REPLICA: no data for %.1fs, closing the link", silent)
             self.transport.abort()
-            return
-        self._idle = self.host.nsqd.loop.call_later(IDLE_TIMEOUT - idle, self._check_idle)
 
     def close(self) -> None:
         if self.transport is not None:
@@ -259,7 +255,7 @@ class ReplicaSession(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        self._idle.cancel()
+        self.silence.cancel()
         if self.origin is not None:
             self.host.detach(self.origin, self)
 

@@ -143,6 +143,41 @@ def _quantiles(fam: Family, label_text: str, e2e: dict) -> None:
         fam.add(f'{{{inner},quantile="{p["quantile"]}"}}', p["value"] / 1e9)
 
 
+def _replication(exp: Exposition, nsqd: "NSQD") -> None:
+    """Opt-in replication (docs/replication.md): the origin's link and its waiting publishers
+    (issue #25), the replicas this node holds; from the same stats as ``/stats``."""
+    if nsqd.replicator is not None:
+        r = nsqd.replicator.stats()
+        lp = labels(peer=r["peer"], degraded=r["degraded_setting"])
+        exp.single("nsqd_replication_link_up", "gauge",
+                   "1 while the replication link to the peer is up.", r["state"] == "up", lp)
+        exp.single("nsqd_replication_waiting_publishes", "gauge",
+                   "Sync publishes waiting for the peer's copy now.", r["waiting_publishes"], lp)
+        exp.single("nsqd_replication_longest_wait_seconds", "gauge",
+                   "How long the oldest waiting sync publish has waited.",
+                   r["longest_wait_ms"] / 1000, lp)
+        exp.single("nsqd_replication_failed_publishes_total", "counter",
+                   "Publishes refused for want of a second copy (--replication-degraded=fail).",
+                   r["failed_publishes"], lp)
+        exp.single("nsqd_replication_single_copy_publishes_total", "counter",
+                   "Publishes answered OK with one copy after the sync timeout (accept).",
+                   r["accepted_single_copy"], lp)
+        exp.single("nsqd_replication_degraded_messages_total", "counter",
+                   "Messages accepted while the link was down (held once until re-shipped).",
+                   r["degraded_messages"], lp)
+        exp.single("nsqd_replication_shipped_messages_total", "counter",
+                   "Messages shipped to the peer.", r["shipped_messages"], lp)
+        exp.single("nsqd_replication_unacked_batches", "gauge",
+                   "Batches shipped and not yet acknowledged by the peer.", r["unacked_batches"], lp)
+    if nsqd.replicas is not None:
+        up = exp.gauge("nsqd_replica_link_up", "1 while the origin's replication link is up.")
+        held = exp.gauge("nsqd_replica_messages", "Messages held for the origin.")
+        for o in nsqd.replicas.stats():
+            lo = labels(origin=o["origin"])
+            up.add(lo, o["link"] == "up")
+            held.add(lo, o.get("messages", 0))
+
+
 def render(nsqd: "NSQD") -> bytes:
     """One scrape: node-level gauges, then every topic/channel/client family, then process."""
     exp = Exposition()
@@ -171,6 +206,8 @@ def render(nsqd: "NSQD") -> bytes:
         for channel, doc in zip(channels, docs):
             fams.channel(topic.name, doc, channel.backend)
     fams.producers(nsqd)
+    if nsqd.replicator is not None or nsqd.replicas is not None:
+        _replication(exp, nsqd)
     mem = nsq_stats.memory_stats()
     exp.single("nsqd_gc_pause_seconds_max", "gauge",
                "Longest of the last 256 garbage collections.", mem["gc_pause_usec_100"] / 1e6)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...protocol.commands import BAD_PROTOCOL_PAYLOAD, MAGIC_V2, CommandParser, LineTooLong
 from ...protocol.errors import ClientError, FatalError, ProtocolError
-from ...protocol.frames import encode_error
+from ...protocol.frames import OK_FRAME, encode_error
 from .client import STATE_SUBSCRIBED, ClientV2
 from .liveness import Liveness
 from .protocol_v2 import Handover, NeedAuth, NeedTopic, ProtocolV2
@@ -238,7 +238,7 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
                 break
             except NeedTopic as need:
                 self._hold(items, item, False)
-                self._task = self.nsqd.loop.create_task(self._topic_ready(need.topic))
+                self._task = self.nsqd.loop.create_task(self._topic_ready(need))
                 break
             if upgrade is not None:
                 if type(upgrade) is Handover:
@@ -266,13 +266,19 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
 
     # --- the gate: holding commands back while the connection waits ----------------------------
 
-    async def _topic_ready(self, topic: Any) -> None:
-        """The owed OK of a publish that created its topic (:class:`NeedTopic`), then the rest."""
-        await topic.wait_ready()
+    async def _topic_ready(self, need: NeedTopic) -> None:
+        """The owed answer of a publish that created its topic (:class:`NeedTopic`), then the
+        commands held after it."""
+        await need.topic.wait_ready()
+        copied = True if need.acked is None else await need.acked
         self._task = None
         if self._closed:
             return
-        self.protocol.answer_ok()
+        if copied is False:  # strict sync replication: no second copy in time
+            self.client.out.append(need.no_copy)
+            self.client.close_connection()
+            return
+        self.client.out.append(OK_FRAME)
         self._flush()
         self._release()
 

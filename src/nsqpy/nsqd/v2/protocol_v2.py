@@ -34,7 +34,7 @@ from ...protocol.errors import (
     FatalError,
 )
 from ...protocol.fin_run import FIN_RUN
-from ...protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_response
+from ...protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_error, encode_response
 from ...protocol.names import is_valid_name
 from .client import (
     STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, check_identify_types, go_identify_text,
@@ -84,13 +84,16 @@ class NeedAuth(Exception):
 
 class NeedTopic(Exception):
     """A publish created its topic and the topic still waits for lookupd's channel list: the
-    messages are queued, the ``OK`` is owed. The connection answers once ``topic.wait_ready()``
-    is done (:meth:`ProtocolV2.answer_ok`) and holds the commands after it until then, as
+    messages are queued, the answer is owed. The connection answers once ``topic.wait_ready()``
+    is done (and ``acked``, sync replication's future, says whether the peer has the copy:
+    ``no_copy`` is the error frame otherwise) and holds the commands after it until then, as
     upstream's publish blocks in ``GetTopic`` on that query."""
 
-    def __init__(self, topic: Any) -> None:
+    def __init__(self, topic: Any, acked: Any, no_copy: bytes) -> None:
         super().__init__()
         self.topic = topic
+        self.acked = acked
+        self.no_copy = no_copy
 
 
 Handler = Callable[["ProtocolV2", list, Any], Optional[Upgrade]]
@@ -373,19 +376,19 @@ class ProtocolV2:
             self._check_auth("RSUB", REPLICATION_AUTH_NAME, REPLICATION_AUTH_NAME)
         return Handover(params)
 
-    def _ok(self, topic: Any) -> None:
+    def _ok(self, topic: Any, no_copy: bytes) -> None:
         """A publish's OK: now, once the topic is ready (:class:`NeedTopic`), or once the
-        replication peer stored it (``--replication-ack=sync``)."""
-        if not topic.ready:
-            raise NeedTopic(topic)
-        self.answer_ok()
-
-    def answer_ok(self) -> None:
+        replication peer stored it (``--replication-ack=sync``); ``no_copy``, the command's error
+        frame, when the peer stored nothing within ``--replication-sync-timeout`` and
+        ``--replication-degraded=fail`` (docs/replication.md §6)."""
         replicator = self.nsqd.replicator
+        if not topic.ready:
+            # the replication wait is joined now: it belongs to this turn's batch
+            raise NeedTopic(topic, replicator.acked() if replicator is not None else None, no_copy)
         if replicator is None:
             self.client.out.append(OK_FRAME)
         else:
-            replicator.respond(self.client, OK_FRAME)
+            replicator.respond(self.client, OK_FRAME, no_copy)
 
     # --- publishing (topic names and sizes were checked by the parser) --------------------------
 
@@ -400,7 +403,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_PUB_FAILED, f"PUB failed {err}") from None
         self.client.published(topic_name, 1)
-        self._ok(topic)
+        self._ok(topic, _PUB_NO_COPY)
 
     def mpub(self, params: list[bytes], bodies: list[bytes]) -> None:
         topic_name = params[1].decode("ascii")
@@ -416,7 +419,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self.client.published(topic_name, len(bodies))
-        self._ok(topic)
+        self._ok(topic, _MPUB_NO_COPY)
 
     def dpub(self, params: list[bytes], body: bytes) -> None:
         topic_name = params[1].decode("ascii")
@@ -430,7 +433,14 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_DPUB_FAILED, f"DPUB failed {err}") from None
         self.client.published(topic_name, 1)
-        self._ok(topic)
+        self._ok(topic, _DPUB_NO_COPY)
+
+
+# sync replication without a second copy in time (nsqpy, opt-in): the publish is not acknowledged
+_NO_COPY = b"failed no replica stored within --replication-sync-timeout"
+_PUB_NO_COPY = encode_error(E_PUB_FAILED.encode() + b" PUB " + _NO_COPY)
+_MPUB_NO_COPY = encode_error(E_MPUB_FAILED.encode() + b" MPUB " + _NO_COPY)
+_DPUB_NO_COPY = encode_error(E_DPUB_FAILED.encode() + b" DPUB " + _NO_COPY)
 
 
 # --- the V2 state table: state -> {command: (handler, next state or None)} ---------------------
