@@ -163,3 +163,28 @@ def test_strictness_flags_need_sync_replication(tmp_path, flags, needs):
                          capture_output=True, text=True, timeout=20)
     assert out.returncode != 0
     assert needs in out.stderr + out.stdout
+
+
+def test_a_publish_that_creates_its_topic_waits_for_lookupd_and_for_the_copy(frozen_pair, tmp_path):
+    """With nsqlookupd, a new topic's publish is answered after the channel query (upstream's
+    GetTopic blocks on it); with sync replication the same publish still joins the wait of its
+    own batch: OK with the copy, the error without it."""
+    from helpers.servers import Nsqlookupd
+
+    b, start, freeze = frozen_pair
+    lookupd = Nsqlookupd(tmp_path / "lookupd")
+    try:
+        a = start(f"--lookupd-tcp-address={lookupd.tcp_address}")
+        wait_for(lambda: get_json(lookupd, "/nodes")["producers"], what="registration")
+        w = Wire(a.tcp_address, timeout=10)
+        w.cmd(b"PUB", unique_name(), body=b"first")
+        assert w.read_frame().data == b"OK"
+        assert http_pub(a, f"/pub?topic={unique_name()}", b"h") == (200, b"OK")
+        freeze()
+        w.cmd(b"PUB", unique_name(), body=b"second")
+        assert w.read_frame().data.startswith(b"E_PUB_FAILED")
+        assert w.is_closed(2)
+        assert http_pub(a, f"/pub?topic={unique_name()}", b"h") == (
+            503, b'{"message":"REPLICA_UNAVAILABLE"}')
+    finally:
+        lookupd.stop()
