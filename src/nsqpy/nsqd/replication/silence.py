@@ -29,21 +29,16 @@ class Silence:
         self.on_silent = on_silent
         self.tick = tick
         self.last = time.monotonic()
-        self.paused_total = 0.0  # seconds we were seen not running (for the logs and tests)
         self._due = self.last + tick
         self._handle: asyncio.TimerHandle | None = loop.call_later(tick, self._check)
 
     def heard(self) -> None:
         self.last = time.monotonic()
 
-    def silent_for(self) -> float:
-        return time.monotonic() - self.last
-
     def _check(self) -> None:
         now = time.monotonic()
         late = now - self._due
         if late > SLACK:  # our own absence: not the other end's silence
-            self.paused_total += late
             self.last = min(now, self.last + late)
         if now - self.last >= self.timeout:
             self._handle = None
@@ -57,4 +52,3 @@ class Silence:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-
