@@ -5,22 +5,13 @@ a resident size well under what it was with aiohttp."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
+from helpers.proc import mapped, rss_kib
 from nsqpy.lookupd.registration_db import PeerInfo, Producer, RegistrationDB, next_change
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def mapped(pid: int) -> str:
-    return Path(f"/proc/{pid}/maps").read_text()
-
-
-def rss_kib(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmRSS:")[1].split()[0])
 
 
 def test_idle_lookupd_loads_no_tls_no_aiohttp(lookupd):

@@ -8,22 +8,13 @@ from __future__ import annotations
 import re
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
+from helpers.proc import mapped, rss_kib
 from helpers.servers import Nsqd, Nsqlookupd, unique_name
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def mapped(pid: int) -> str:
-    return Path(f"/proc/{pid}/maps").read_text()
-
-
-def rss_kib(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmRSS:")[1].split()[0])
 
 
 def get(node: Nsqd, path: str) -> int:

@@ -18,6 +18,7 @@ import zlib
 
 import pytest
 
+from helpers.proc import rss_kib
 from helpers.servers import unique_name
 from helpers.wire import Wire, pack_i32
 from nsqpy.protocol.frames import FrameDecoder
@@ -28,11 +29,7 @@ MB = 1024 * 1024
 
 
 def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+    return rss_kib(pid) * 1024
 
 
 def pub_latencies(address: str, n: int, topic: str | None = None) -> list[float]:

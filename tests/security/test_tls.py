@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.proc import mapped
 from helpers.servers import Nsqd, free_port, unique_name
 from helpers.wire import Wire, pack_i32
 from nsqpy.protocol.compression import DeflateCodec, SnappyCodec
@@ -45,7 +46,7 @@ def all_clients(doc: dict) -> list[dict]:
 def test_tls_upgrade_then_pub_sub_and_stats(secure_nsqd, certs):
     node = secure_nsqd(certs=certs)
     # an nsqd without TLS flags loads no OpenSSL (tests/nsqd/test_footprint.py); this one does
-    assert "libssl" in Path(f"/proc/{node.proc.pid}/maps").read_text()
+    assert "libssl" in mapped(node.proc.pid)
     topic = unique_name("tls")
     wire, answer = tls_wire(node.tcp_address, certs.client_context(), client_id="tls-client")
     assert answer["tls_v1"] is True and answer["auth_required"] is False
