@@ -18,24 +18,40 @@ from nsqpy.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TY
 from nsqpy.protocol.message import decode_message
 
 
-class TcpPublisher(threading.Thread):
-    """PUB (or MPUB of ``batch`` bodies, or DPUB with ``defer_ms``) in a loop, one at a time."""
+class _Publisher(threading.Thread):
+    """What both publishers keep: the acknowledged bodies, and the refusals by kind."""
 
-    def __init__(self, address: str, topic: str, tag: str, batch: int = 1, defer_ms: int = 0,
-                 pause: float = 0.003, timeout: float = 15.0) -> None:
+    def __init__(self, address: str, topic: str, tag: str, batch: int, pause: float,
+                 timeout: float) -> None:
         super().__init__(daemon=True)
         self.address, self.topic, self.tag = address, topic, tag
-        self.batch, self.defer_ms, self.pause, self.timeout = batch, defer_ms, pause, timeout
+        self.batch, self.pause, self.timeout = batch, pause, timeout
         self.acked: list[bytes] = []
-        self.failed = 0  # error frames (E_PUB_FAILED...) and broken connections
+        #: refusals (error frames such as E_PUB_FAILED, HTTP statuses) and broken connections
         self.errors: dict[str, int] = {}
         self.stop = threading.Event()
         self.n = 0
+
+    @property
+    def failed(self) -> int:
+        return sum(self.errors.values())
 
     def _bodies(self) -> list[bytes]:
         out = [b"%s-%07d" % (self.tag.encode(), self.n + i) for i in range(self.batch)]
         self.n += self.batch
         return out
+
+    def _refused(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+
+class TcpPublisher(_Publisher):
+    """PUB (or MPUB of ``batch`` bodies, or DPUB with ``defer_ms``) in a loop, one at a time."""
+
+    def __init__(self, address: str, topic: str, tag: str, batch: int = 1, defer_ms: int = 0,
+                 pause: float = 0.003, timeout: float = 15.0) -> None:
+        super().__init__(address, topic, tag, batch, pause, timeout)
+        self.defer_ms = defer_ms
 
     def run(self) -> None:
         wire: Wire | None = None
@@ -52,8 +68,7 @@ class TcpPublisher(threading.Thread):
                     wire.cmd(b"PUB", self.topic, body=bodies[0])
                 frame = wire.read_frame()
             except (OSError, ConnectionError):
-                self.failed += 1
-                self.errors["conn"] = self.errors.get("conn", 0) + 1
+                self._refused("conn")
                 if wire is not None:
                     wire.close()
                 wire = None
@@ -62,9 +77,7 @@ class TcpPublisher(threading.Thread):
             if frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"OK":
                 self.acked.extend(bodies)
             else:
-                self.failed += 1
-                code = frame.data.split(b" ", 1)[0].decode(errors="replace")
-                self.errors[code] = self.errors.get(code, 0) + 1
+                self._refused(frame.data.split(b" ", 1)[0].decode(errors="replace"))
                 if frame.frame_type != FRAME_TYPE_ERROR:
                     raise AssertionError(f"unexpected frame {frame}")
             time.sleep(self.pause)
@@ -72,19 +85,12 @@ class TcpPublisher(threading.Thread):
             wire.close()
 
 
-class HttpPublisher(threading.Thread):
+class HttpPublisher(_Publisher):
     """POST /pub or /mpub (``batch`` > 1) in a loop; 200 means acknowledged."""
 
     def __init__(self, http_address: str, topic: str, tag: str, batch: int = 1,
                  pause: float = 0.005, timeout: float = 15.0) -> None:
-        super().__init__(daemon=True)
-        self.address, self.topic, self.tag = http_address, topic, tag
-        self.batch, self.pause, self.timeout = batch, pause, timeout
-        self.acked: list[bytes] = []
-        self.failed = 0
-        self.errors: dict[str, int] = {}
-        self.stop = threading.Event()
-        self.n = 0
+        super().__init__(http_address, topic, tag, batch, pause, timeout)
 
     def run(self) -> None:
         import http.client
@@ -92,8 +98,7 @@ class HttpPublisher(threading.Thread):
         conn: http.client.HTTPConnection | None = None
         host, port = self.address.rsplit(":", 1)
         while not self.stop.is_set():
-            bodies = [b"%s-%07d" % (self.tag.encode(), self.n + i) for i in range(self.batch)]
-            self.n += self.batch
+            bodies = self._bodies()
             path = f"/mpub?topic={self.topic}" if self.batch > 1 else f"/pub?topic={self.topic}"
             try:
                 if conn is None:
@@ -102,8 +107,7 @@ class HttpPublisher(threading.Thread):
                 resp = conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException):
-                self.failed += 1
-                self.errors["conn"] = self.errors.get("conn", 0) + 1
+                self._refused("conn")
                 if conn is not None:
                     conn.close()
                 conn = None
@@ -112,9 +116,7 @@ class HttpPublisher(threading.Thread):
             if resp.status == 200:
                 self.acked.extend(bodies)
             else:
-                self.failed += 1
-                key = f"{resp.status} {data[:60].decode(errors='replace')}"
-                self.errors[key] = self.errors.get(key, 0) + 1
+                self._refused(f"{resp.status} {data[:60].decode(errors='replace')}")
             time.sleep(self.pause)
         if conn is not None:
             conn.close()
