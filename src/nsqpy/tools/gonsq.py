@@ -333,9 +333,15 @@ class GoProducer:
     async def stop(self) -> None:
         """go-nsq's ``Stop``: says so, and closes the connection if there is one."""
         self.log.info(f"({self.address}) stopping")
+        live = self._conn is not None and self._conn.is_usable
         await self.close()
         if self._conn is not None:
             self.log.info(f"({self.address}) exiting router")
+        if live:
+            # go-nsq's read and write loops wind a live connection down after the router;
+            # upstream's process often exits before they have logged it, ours always lets them
+            for text in _CLOSE_SEQUENCE:
+                self.log.info(f"({self.address}) {text}")
 
     async def close(self) -> None:
         """Close without a word (upstream's nsq_to_nsq never stops its producers)."""
