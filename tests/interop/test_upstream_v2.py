@@ -14,6 +14,7 @@ import re
 import socket
 import struct
 import time
+import urllib.request
 import zlib
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def servers(tmp_path_factory):
                               f"--http-address=127.0.0.1:{http}", f"--data-path={up_dir}"],
                              f"http://127.0.0.1:{http}/ping", up_dir / "nsqd.log")
     upstream.tcp_address = f"127.0.0.1:{tcp}"  # type: ignore[attr-defined]
+    upstream.http_address = f"127.0.0.1:{http}"  # type: ignore[attr-defined]
     ours = Nsqd(tmp_path_factory.mktemp("ours"))
     yield upstream, ours
     upstream.stop()
@@ -93,7 +95,34 @@ CASES = [
     b"IDENTIFY\n" + I32(17) + b'{"sample_rate":1}',
     b'IDENTIFY\n' + I32(26) + b'{"sample_rate":2147483648}',
     b'IDENTIFY\n' + I32(28) + b'{"heartbeat_interval":10.5}',
+    # fields v1.3.0's identifyDataV2 does not have: not type-checked (short_id and long_id were
+    # dropped before 1.0; the topology labels come after 1.3.0)
+    b'IDENTIFY\n' + I32(30) + b'{"short_id":5.5,"long_id":[1]}',
+    b'IDENTIFY\n' + I32(40) + b'{"topology_zone":5,"topology_region":{}}',
 ]
+
+
+def _identified_as(server, identify: dict) -> tuple[str, str]:
+    """The client_id and hostname /stats shows for a producer that sent this IDENTIFY."""
+    body = json.dumps(identify).encode()
+    sock = _connect(server.tcp_address)
+    try:
+        sock.sendall(b"IDENTIFY\n" + I32(len(body)) + body + b"PUB ident\n" + I32(1) + b"x")
+        time.sleep(0.3)
+        with urllib.request.urlopen(f"http://{server.http_address}/stats?format=json&include_clients=true",
+                                    timeout=5) as answer:
+            stats = json.load(answer)
+        me = "%s:%d" % sock.getsockname()
+        [client] = [c for c in stats["producers"] if c["remote_address"] == me]
+        return client["client_id"], client["hostname"]
+    finally:
+        sock.close()
+
+
+def test_client_names_ignore_fields_upstream_does_not_have(servers):
+    upstream, ours = servers
+    identify = {"short_id": "sid", "long_id": "lid"}
+    assert _identified_as(ours, identify) == _identified_as(upstream, identify) == ("", "")
 
 
 @pytest.mark.parametrize("data", CASES, ids=[repr(c[:40]) for c in CASES])

@@ -35,8 +35,10 @@ _INT_FIELDS = ("heartbeat_interval", "output_buffer_size", "output_buffer_timeou
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1  # Go's int on 64-bit platforms
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _BOOL_FIELDS = ("feature_negotiation", "tls_v1", "deflate", "snappy")
-_STR_FIELDS = ("client_id", "hostname", "user_agent", "short_id", "long_id",
-               "topology_region", "topology_zone")
+_STR_FIELDS = ("client_id", "hostname", "user_agent")
+# upstream's master (after v1.3.0) adds these to identifyDataV2; v1.3.0 ignores them, so they are
+# typed only when the operator set a topology label (--topology-zone/--topology-region)
+_TOPOLOGY_FIELDS = ("topology_region", "topology_zone")
 
 
 def _identify_error(text: str) -> FatalError:
@@ -47,9 +49,10 @@ def _unwired() -> None:
     """Placeholder for the hooks a connection installs (a record without one does nothing)."""
 
 
-def check_identify_types(data: Any) -> dict:
+def check_identify_types(data: Any, topology: bool = False) -> dict:
     """Go's ``json.Unmarshal`` into upstream's ``identifyDataV2``: an object whose known fields
-    have the Go types (int, int32, bool, string; null leaves the zero value). ValueError else."""
+    have the Go types (int, int32, bool, string; null leaves the zero value). ValueError else.
+    Fields v1.3.0 does not know (``short_id``, ``long_id``, which it dropped) are not looked at."""
     if not isinstance(data, dict):
         raise ValueError("not an object")
     for key in _INT_FIELDS:
@@ -66,7 +69,7 @@ def check_identify_types(data: Any) -> dict:
             data[key] = False
         elif not isinstance(v, bool):
             raise ValueError(key)
-    for key in _STR_FIELDS:
+    for key in _STR_FIELDS + _TOPOLOGY_FIELDS if topology else _STR_FIELDS:
         v = data.get(key, "")
         if v is None:
             data[key] = ""
@@ -151,8 +154,8 @@ class ClientV2:
     def identify(self, data: dict, opts: "Options") -> None:
         """Take IDENTIFY's settings, validated as upstream's ``clientV2.Identify`` does; a bad
         value fails the IDENTIFY (the connection is closed)."""
-        self.client_id = data.get("client_id") or data.get("short_id") or ""
-        self.hostname = data.get("hostname") or data.get("long_id") or ""
+        self.client_id = data.get("client_id") or ""
+        self.hostname = data.get("hostname") or ""
         self.user_agent = data.get("user_agent") or ""
         hb = data.get("heartbeat_interval", 0)
         if hb == -1:

@@ -40,6 +40,7 @@ from .client import (
     STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, check_identify_types, go_identify_text,
 )
 from ...common.goweb import go_json
+from ..options import topology_set
 
 if TYPE_CHECKING:
     from .auth import AuthState
@@ -165,7 +166,7 @@ class ProtocolV2:
 
     def identify(self, params: list[bytes], body: bytes) -> Upgrade:
         try:
-            data = check_identify_types(orjson.loads(body))
+            data = check_identify_types(orjson.loads(body), topology_set(self.nsqd.options))
         except (orjson.JSONDecodeError, ValueError):
             raise FatalError(E_BAD_BODY, "IDENTIFY failed to decode JSON body") from None
         client = self.client
