@@ -87,6 +87,7 @@ class NsqServer(ServerProcess):
     """An nsqd or nsqlookupd on 127.0.0.1 with a TCP and an HTTP port (kept across restarts)."""
 
     program = ""
+    bin_dir = VENV_BIN  # where the program is (upstream's binaries for side-by-side tests)
 
     def __init__(self, directory: Path, *extra: str, tcp_port: int | None = None,
                  http_port: int | None = None) -> None:
@@ -94,7 +95,7 @@ class NsqServer(ServerProcess):
         self.tcp_port = tcp_port or free_port()
         self.http_port = http_port or free_port()
         directory.mkdir(parents=True, exist_ok=True)
-        argv = [str(VENV_BIN / self.program), f"--tcp-address=127.0.0.1:{self.tcp_port}",
+        argv = [str(self.bin_dir / self.program), f"--tcp-address=127.0.0.1:{self.tcp_port}",
                 f"--http-address=127.0.0.1:{self.http_port}", "--broadcast-address=127.0.0.1",
                 *self.own_flags(), *extra]
         super().__init__(argv, f"http://127.0.0.1:{self.http_port}/ping",

@@ -69,7 +69,7 @@ def test_backlog_survives_sigterm_restart(tmp_path):
 
 
 def test_in_flight_and_deferred_survive_restart_with_attempts_and_delay(tmp_path):
-    node = Nsqd(tmp_path / "d")
+    node = Nsqd(tmp_path / "d", "--keep-deferred-delays")
     try:
         topic = unique_name()
         c = Wire(node.tcp_address)
@@ -85,12 +85,36 @@ def test_in_flight_and_deferred_survive_restart_with_attempts_and_delay(tmp_path
         time.sleep(0.3)
         t_stop = time.monotonic()
         node.stop()
-        node = node.restart()
+        assert list(node.data_path.glob("*.deferred.json"))
+        node = node.restart("--keep-deferred-delays")
+        assert not list(node.data_path.glob("*.deferred.json"))  # read, then removed
         got = drain(node.tcp_address, topic, "ch", 2, quiet=1.5)
         assert sorted((x.body, x.attempts) for x in got) == [(b"a", 3), (b"b", 2)]
         late = drain(node.tcp_address, topic, "ch", 1, quiet=6.0)
         assert [x.body for x in late] == [b"deferred"]
         assert time.monotonic() - t_stop >= 3.2  # the delay was kept across the restart
+    finally:
+        node.stop()
+
+
+def test_deferred_messages_lose_their_delay_at_a_restart_by_default(tmp_path):
+    """Upstream's behaviour (its issue #1375), and its data directory: no file of ours."""
+    node = Nsqd(tmp_path / "d")
+    try:
+        topic = unique_name()
+        pub = Wire(node.tcp_address)
+        pub.cmd(b"SUB", topic, "ch")
+        pub.expect_ok()
+        pub.close()
+        pub = Wire(node.tcp_address)
+        pub.cmd(b"DPUB", topic, "60000", body=b"deferred")
+        pub.expect_ok()
+        time.sleep(0.2)
+        node.stop()
+        assert not list(node.data_path.glob("*.json"))
+        node = node.restart()
+        got = drain(node.tcp_address, topic, "ch", 1, quiet=3.0)
+        assert [x.body for x in got] == [b"deferred"]
     finally:
         node.stop()
 

@@ -51,7 +51,8 @@ class Channel:
         self.orphans: list[dict[bytes, tuple]] = []
         # due times (unix ns) of deferred messages flushed to disk at the last shutdown
         self.due_after_restart: dict[bytes, int] = (
-            {} if self.ephemeral else take_deferred_sidecar(nsqd.data_path, self.queue_name))
+            take_deferred_sidecar(nsqd.data_path, self.queue_name)
+            if nsqd.keep_deferred_delays and not self.ephemeral else {})
         self.paused = False
         self.exiting = False
         self.message_count = 0
@@ -407,7 +408,8 @@ class Channel:
             pending = list(self.mem)
             for in_flight in [c.in_flight for c in self.clients] + self.orphans:
                 pending.extend(e[:4] for e in in_flight.values())
-            # deferred messages go to disk like upstream's; their due times go to our sidecar
+            # deferred messages go to disk like upstream's; with --keep-deferred-delays their
+            # due times go to a file beside the queue
             now, now_ns = _monotonic(), _time_ns()
             due = dict(self.due_after_restart)
             for when, _, m in sorted(self.deferred):
@@ -423,7 +425,8 @@ class Channel:
                         "channel(%s:%s): failed to flush %d messages - %s",
                         self.topic_name, self.name, len(pending), err)
             try:
-                write_deferred_sidecar(self.nsqd.data_path, self.queue_name, due)
+                if self.nsqd.keep_deferred_delays:
+                    write_deferred_sidecar(self.nsqd.data_path, self.queue_name, due)
             except OSError as err:
                 self.nsqd.logger.error("channel(%s:%s): failed to save deferred due times - %s",
                                        self.topic_name, self.name, err)
@@ -450,4 +453,5 @@ class Channel:
         self.deferred.clear()
         self._clear_orphans()
         self.backend.delete()
-        write_deferred_sidecar(self.nsqd.data_path, self.queue_name, {})
+        if self.nsqd.keep_deferred_delays:
+            write_deferred_sidecar(self.nsqd.data_path, self.queue_name, {})

@@ -55,6 +55,9 @@ class NSQD:
         self.internal_publish = False  # dead-lettering under way: a drain lets it publish
         self.health_error: str | None = None
         self.data_path = options.data_path or os.getcwd()
+        # --keep-deferred-delays: deferred due times saved beside the disk queues at shutdown
+        # (off: the data directory holds only upstream's files, delays are lost as upstream's)
+        self.keep_deferred_delays = bool(options.values.get("keep_deferred_delays"))
         self.tcp_port = 0  # the listeners' ports, once the server has them open
         self.http_port = 0
         self.https_port = 0

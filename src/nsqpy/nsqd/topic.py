@@ -41,7 +41,8 @@ class Topic:
         # futures of publishers whose answer waits for that (upstream's GetTopic blocks on it)
         self._ready_waiters: list[asyncio.Future] = []
         self.due_after_restart: dict[bytes, int] = (
-            {} if self.ephemeral else take_deferred_sidecar(nsqd.data_path, name))
+            take_deferred_sidecar(nsqd.data_path, name)
+            if nsqd.keep_deferred_delays and not self.ephemeral else {})
         self.message_count = 0
         self.message_bytes = 0
         self._pump_scheduled = False
@@ -255,7 +256,8 @@ class Topic:
                                            self.name, len(self.mem), err)
                 self.mem.clear()
             try:
-                write_deferred_sidecar(self.nsqd.data_path, self.name, due)
+                if self.nsqd.keep_deferred_delays:
+                    write_deferred_sidecar(self.nsqd.data_path, self.name, due)
             except OSError as err:
                 self.nsqd.logger.error("topic(%s): failed to save deferred due times - %s",
                                        self.name, err)
@@ -272,6 +274,7 @@ class Topic:
         self.channels.clear()
         self.mem.clear()
         self.backend.delete()
-        write_deferred_sidecar(self.nsqd.data_path, self.name, {})
+        if self.nsqd.keep_deferred_delays:
+            write_deferred_sidecar(self.nsqd.data_path, self.name, {})
 
 

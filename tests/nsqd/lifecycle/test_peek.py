@@ -96,11 +96,12 @@ def test_peek_errors(shared_nsqd, query, status, message):
 
 
 def test_peek_after_restart_shows_on_disk_deferred_messages(tmp_path):
-    """Deferred messages are flushed to the disk queue at shutdown (due times kept beside it);
+    """Deferred messages are flushed to the disk queue at shutdown (due times kept beside it with
+    --keep-deferred-delays);
     peek reads them there and still reports them as deferred, with their due time."""
     from helpers.servers import Nsqd
 
-    node = Nsqd(tmp_path / "d")
+    node = Nsqd(tmp_path / "d", "--keep-deferred-delays")
     topic = unique_name()
     try:
         make_channel(node, topic, "ch")
@@ -109,7 +110,7 @@ def test_peek_after_restart_shows_on_disk_deferred_messages(tmp_path):
         pub.expect_ok()
         pub.pub(topic, b"now")
         due = time.time_ns() + 60e9
-        node = node.restart()
+        node = node.restart("--keep-deferred-delays")
         entries = http_json(node, "GET", f"/channel/peek?topic={topic}&channel=ch")[1]
         assert [(base64.b64decode(e["body"]), e["state"]) for e in entries] == [
             (b"now", "queued"), (b"in a minute", "deferred")]

@@ -1,7 +1,8 @@
 """Flags of the opt-in message lifecycle controls (issue #13), kept apart from upstream's flags.
 
 Every default is upstream v1.3.0's behaviour: no attempt limit, no TTL, unbounded disk queues,
-no requeue on disconnect, DPUB limited by ``--max-req-timeout``. None of these flags appears in
+no requeue on disconnect, DPUB limited by ``--max-req-timeout``, deferred messages flushed at
+shutdown without their delay (and no file beside the disk queues). None of these flags appears in
 ``/config/:opt`` (upstream has no such option, so the API keeps answering ``INVALID_OPTION``).
 """
 
@@ -33,6 +34,7 @@ def lifecycle_flags() -> list[Flag]:
         F("drain-timeout", 0.0, "after POST /drain or SIGUSR2, shut down anyway after this long (0 = wait until empty)", kind="duration"),
         F("requeue-on-disconnect", False, "requeue a consumer's in-flight messages as soon as its connection closes", kind="bool"),
         F("max-defer-timeout", 3600.0, "maximum DPUB / pub?defer delay (default: --max-req-timeout)", kind="duration"),
+        F("keep-deferred-delays", False, "keep deferred messages' remaining delay across a clean restart (a <queue>.diskqueue.deferred.json file beside each disk queue)", kind="bool"),
     )
 
 
