@@ -66,8 +66,10 @@ def test_listen_failure_is_fatal(lookupd):
     out = subprocess.run([str(BIN), f"--tcp-address=127.0.0.1:{lookupd.tcp_port}",
                           "--http-address=127.0.0.1:0"], capture_output=True, timeout=20)
     assert out.returncode == 1
-    assert re.search(rb"FATAL: failed to instantiate nsqlookupd - listen \(127\.0\.0\.1:\d+\) "
-                     rb"failed", out.stderr), out.stderr
+    # upstream v1.3.0's own line, Go's complaint about its format string included
+    assert re.search(rb"FATAL: failed to instantiate nsqlookupd%!\(EXTRA \*errors\.errorString="
+                     rb"listen \(127\.0\.0\.1:\d+\) failed - listen tcp 127\.0\.0\.1:\d+: bind: "
+                     rb"address already in use\)\n", out.stderr), out.stderr
 
 
 def test_log_lines_look_like_upstream(lookupd):

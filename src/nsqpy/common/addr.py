@@ -38,6 +38,9 @@ def listen_socket(addr: str, backlog: int = 1024) -> socket.socket:
     IPv6 only. A bad or taken address raises OSError worded as upstream's start-up error:
     ``listen (127.0.0.1:4150) failed - listen tcp 127.0.0.1:4150: bind: address already in use``.
     """
+    refusal = _go_address_error(addr)
+    if refusal:
+        raise OSError(f"listen ({addr}) failed - listen tcp: {refusal}")
     try:
         return _listen(addr, backlog)
     except (OSError, ValueError) as err:
@@ -47,6 +50,16 @@ def listen_socket(addr: str, backlog: int = 1024) -> socket.socket:
         else:
             why = str(err)
         raise OSError(f"listen ({addr}) failed - {why}") from None
+
+
+def _go_address_error(addr: str) -> str | None:
+    """Go's ``net`` words for an address it will not listen on before any system call."""
+    host, sep, port = addr.rpartition(":")
+    if not sep:
+        return f"address {addr}: missing port in address"
+    if port.isdigit() and int(port) > 65535:
+        return f"address {port}: invalid port"
+    return None
 
 
 def _listen(addr: str, backlog: int) -> socket.socket:

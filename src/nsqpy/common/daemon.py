@@ -38,13 +38,16 @@ def run(coro: Coroutine[Any, Any, int]) -> int:
 async def serve(program: str, logger: logging.Logger, start: Callable[[], Awaitable[None]],
                 close: Callable[[], Awaitable[None]],
                 start_errors: tuple[type[BaseException], ...] = (OSError,),
-                after_start: Callable[[], None] | None = None) -> int:
+                after_start: Callable[[], None] | None = None,
+                fatal: str = "failed to instantiate {program} - {err}") -> int:
     """``start()``; on a start-up error log upstream's ``failed to instantiate <program> -
-    <why>``, ``close()`` and exit 1; else run until a stop signal, ``close()``, exit 0."""
+    <why>`` (``fatal``), ``close()`` and exit 1; else run until a stop signal, ``close()``,
+    exit 0."""
     try:
         await start()
     except start_errors as err:
-        logger.critical("failed to instantiate %s - %s", program, err)
+        logger.critical("%s", fatal.format(program=program, err=err))
+        logger.disabled = True  # upstream exits at its FATAL line: nothing follows it
         await close()
         return 1
     if after_start is not None:

@@ -79,4 +79,6 @@ class NSQLookupd:
 async def serve(opts: Options) -> int:
     logger = make_logger("nsqlookupd", opts.log_prefix, opts.log_level)
     lookupd = NSQLookupd(opts, logger)
-    return await daemon.serve("nsqlookupd", logger, lookupd.start, lookupd.close)
+    # upstream's nsqlookupd passes the error without a verb for it; Go's fmt says so
+    return await daemon.serve("nsqlookupd", logger, lookupd.start, lookupd.close,
+                              fatal="failed to instantiate {program}%!(EXTRA *errors.errorString={err})")

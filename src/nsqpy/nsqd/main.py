@@ -19,7 +19,7 @@ from ..common.flags import FlagError, FlagSet, reject_unimplemented
 from ..common.log import make_logger
 from .leases.options import lease_flags, validate_leases
 from .lifecycle.options import lifecycle_flags, validate_lifecycle
-from .options import Options, check_options, normalize_argv, upstream_flagset
+from .options import Options, check_options, normalize_argv, start_up_errors, upstream_flagset
 from .replication.options import replication_flags, validate_replication
 from .stats.prometheus import metrics_flags
 
@@ -82,9 +82,21 @@ async def _serve(opts: Options) -> int:
     from .server import Server
 
     logger = make_logger("nsqd", opts.log_prefix, opts.log_level)
-    server = Server(NSQD(opts, logger))
-    # a port in use, a bad or locked data dir
-    return await daemon.serve("nsqd", logger, server.start, server.shutdown,
+    servers: list[Server] = []
+
+    async def start() -> None:
+        problem = start_up_errors(opts.values)  # before NSQD, which cannot take them
+        if problem:
+            raise RuntimeError(problem)
+        servers.append(Server(NSQD(opts, logger)))
+        await servers[0].start()
+
+    async def shutdown() -> None:
+        if servers:
+            await servers[0].shutdown()
+
+    # a port in use, a bad or locked data dir, an option out of range
+    return await daemon.serve("nsqd", logger, start, shutdown,
                               start_errors=(OSError, RuntimeError, ValueError),
                               after_start=release_startup_memory)
 

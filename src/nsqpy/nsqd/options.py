@@ -142,21 +142,79 @@ def check_options(values: dict[str, Any], explicit: set[str]) -> None:
         try:
             pct.append(float(raw))
         except ValueError:
-            raise FlagError(f"invalid E2E processing latency percentile: {raw}") from None
-    for p in pct:
-        if not 0 < p <= 1:
-            raise FlagError(f"invalid E2E processing latency percentile: {p}")
+            raise _log_fatal(f"Could not parse: {raw}") from None  # upstream's flag.Value
     values["e2e_processing_latency_percentile"] = sorted(set(pct), reverse=True)
-    if not 0 <= values["node_id"] < 1024:
-        raise FlagError("--node-id must be [0,1024)")
-    if not 1 <= values["max_deflate_level"] <= 9:
-        raise FlagError("--max-deflate-level must be [1,9]")
+    # the range checks of --node-id, --max-deflate-level and the percentiles are upstream's
+    # start-up errors (nsqd.New: FATAL, exit 1): see start_up_errors
     if values["mem_queue_size"] < 0:
         raise FlagError("--mem-queue-size must be >= 0")
     if values["auth_http_request_method"] not in ("get", "post"):
         raise FlagError("--auth-http-request-method must be post or get")
     if values["tls_client_auth_policy"] and values["tls_required"] == "false":
         values["tls_required"] = "true"  # upstream: any client-auth policy forces TLS
+
+
+def _log_fatal(message: str) -> FlagError:
+    """Go's ``log.Fatalf`` while the flags are parsed: a stamped line, exit 1."""
+    import time
+
+    err = FlagError(f"{time.strftime('%Y/%m/%d %H:%M:%S')} {message}")
+    err.exit_code = 1
+    return err
+
+
+def start_up_errors(values: dict[str, Any]) -> str | None:
+    """The checks upstream's ``nsqd.New`` makes first: the data path, then option ranges (the
+    first failing one's text, for ``failed to instantiate nsqd - ...``; TLS comes next)."""
+    import os
+
+    data_path = values["data_path"] or os.getcwd()
+    if not os.path.exists(data_path):
+        return f"failed to lock data-path: open {data_path}: no such file or directory"
+    if not os.path.isdir(data_path):
+        return f"--data-path={data_path} is not a directory"
+    if not 1 <= values["max_deflate_level"] <= 9:
+        return "--max-deflate-level must be [1,9]"
+    if not 0 <= values["node_id"] < 1024:
+        return "--node-id must be [0,1024)"
+    return None
+
+
+def percentile_error(values: dict[str, Any]) -> str | None:
+    """upstream's last check before it listens (after TLS)."""
+    for p in values["e2e_processing_latency_percentile"]:
+        if not 0 < p <= 1:
+            return f"invalid E2E processing latency percentile: {go_float(p)}"
+    return None
+
+
+def go_float(value: float) -> str:
+    """Go's ``%v`` of a float64 (``strconv.FormatFloat(v, 'g', -1, 64)`` with %v's exponent
+    rule): ``2``, ``0.5``, ``1e+08``, ``1.5e-05``."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "-0" if str(value).startswith("-") else "0"
+    from decimal import Decimal
+
+    sign, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
+    point = len(digit_tuple) + int(exponent)  # where the decimal point goes
+    exp = point - 1
+    eprec = 6
+    if eprec > len(digits) and len(digits) >= point:
+        eprec = len(digits)
+    neg = "-" if value < 0 else ""
+    if exp < -4 or exp >= eprec:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{neg}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    if point <= 0:
+        return f"{neg}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return f"{neg}{digits}{'0' * (point - len(digits))}"
+    return f"{neg}{digits[:point]}.{digits[point:]}"
 
 
 def normalize_argv(argv: list[str]) -> list[str]:

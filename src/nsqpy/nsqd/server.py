@@ -22,6 +22,7 @@ from .lifecycle.controls import install as install_lifecycle
 from .leases.install import install_leases
 from .lifecycle.drain import install_drain_signal
 from .nsqd import NSQD
+from .options import percentile_error
 from .stats.statsd import start_statsd
 from .v2.connection import V2Connection
 
@@ -38,15 +39,18 @@ class Server:
     async def start(self) -> None:
         nsqd = self.nsqd
         opts = nsqd.options
-        nsqd.logger.info("%s", version_string("nsqd"))  # upstream's first two lines
-        nsqd.logger.info("ID: %d", opts.node_id)
-        if not os.path.isdir(nsqd.data_path):
-            raise RuntimeError(f"--data-path={nsqd.data_path} is not a directory")
+        # upstream's nsqd.New: the data path and option ranges (main.py, options.start_up_errors),
+        # TLS, percentiles, then its first two log lines (a start-up error prints only itself)
         if opts.tls_cert or opts.tls_key or opts.tls_required != "false":
             # (TLS and the auth client are loaded when a flag asks for them)
             from .v2.tls import server_context
 
             nsqd.tls_context = server_context(opts, nsqd.logger)
+        problem = percentile_error(opts.values)
+        if problem:
+            raise RuntimeError(problem)
+        nsqd.logger.info("%s", version_string("nsqd"))
+        nsqd.logger.info("ID: %d", opts.node_id)
         if opts.auth_http_address:
             from .v2.auth import AuthClient
 

@@ -202,7 +202,12 @@ def load_certificate(ctx: ssl.SSLContext, certfile: str, keyfile: str) -> str:
 
     Returns the OpenSSL reason that made a lower level necessary, ``""`` when none was needed;
     any other failure (and a chain even level 0 refuses) raises as :meth:`load_cert_chain` does.
+    A file that cannot be read raises OSError naming it, as Go's ``tls.LoadX509KeyPair`` reports
+    it (the certificate first, then the key).
     """
+    for path in (certfile, keyfile):
+        with open(path, "rb"):
+            pass
     try:
         ctx.load_cert_chain(certfile, keyfile)
         return ""
@@ -223,8 +228,9 @@ def load_certificate(ctx: ssl.SSLContext, certfile: str, keyfile: str) -> str:
 
 
 def _describe(err: BaseException) -> str:
-    if isinstance(err, OSError) and err.filename:
-        return f"open {err.filename}: {err.strerror or err}"
+    """Go's words for a file that cannot be read (``open <path>: no such file or directory``)."""
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:
+        return f"open {err.filename}: {err.strerror[:1].lower()}{err.strerror[1:]}"
     return str(err)
 
 
