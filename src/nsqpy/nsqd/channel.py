@@ -26,7 +26,6 @@ from ..protocol.message import FRAME_HEAD_BEFORE_ID, encode_message
 from ..protocol.names import is_ephemeral
 from ..common.quantile import LatencyQuantiles
 from .hooks import Consumer, Host, Msg, TopicRef
-from .metadata import take_deferred_sidecar, write_deferred_sidecar
 
 _pack_head_before_id = FRAME_HEAD_BEFORE_ID.pack
 _monotonic = time.monotonic
@@ -51,8 +50,7 @@ class Channel:
         self.orphans: list[dict[bytes, tuple]] = []
         # due times (unix ns) of deferred messages flushed to disk at the last shutdown
         self.due_after_restart: dict[bytes, int] = (
-            take_deferred_sidecar(nsqd.data_path, self.queue_name)
-            if nsqd.keep_deferred_delays and not self.ephemeral else {})
+            {} if self.ephemeral else nsqd.take_deferred_due(self.queue_name))
         self.paused = False
         self.exiting = False
         self.message_count = 0
@@ -425,8 +423,7 @@ class Channel:
                         "channel(%s:%s): failed to flush %d messages - %s",
                         self.topic_name, self.name, len(pending), err)
             try:
-                if self.nsqd.keep_deferred_delays:
-                    write_deferred_sidecar(self.nsqd.data_path, self.queue_name, due)
+                self.nsqd.save_deferred_due(self.queue_name, due)
             except OSError as err:
                 self.nsqd.logger.error("channel(%s:%s): failed to save deferred due times - %s",
                                        self.topic_name, self.name, err)
@@ -453,5 +450,4 @@ class Channel:
         self.deferred.clear()
         self._clear_orphans()
         self.backend.delete()
-        if self.nsqd.keep_deferred_delays:
-            write_deferred_sidecar(self.nsqd.data_path, self.queue_name, {})
+        self.nsqd.save_deferred_due(self.queue_name, {})

@@ -23,7 +23,10 @@ from ..protocol.names import is_ephemeral, is_valid_name
 from .diskqueue import DiskQueue, DummyQueue
 from .hooks import Lifecycle, Replication, RouteProvider, Upstream
 from .lookup import LookupdPeers
-from .metadata import METADATA_FILE, DataPathLock, atomic_write, encode_metadata, read_metadata
+from .metadata import (
+    METADATA_FILE, DataPathLock, atomic_write, encode_metadata, read_metadata, take_deferred_sidecar,
+    write_deferred_sidecar,
+)
 from .options import Options, topology_set
 from .topic import Topic
 
@@ -362,6 +365,18 @@ class NSQD:
         """A background task that lives until shutdown (cancelled by :meth:`close`)."""
         self._tasks.append(task)
         task.add_done_callback(self._forget_task)
+
+    def take_deferred_due(self, queue_name: str) -> dict[bytes, int]:
+        """Due times (unix ns) saved for a queue's deferred messages at the last shutdown; with
+        --keep-deferred-delays only (without it the directory holds upstream's files alone)."""
+        if not self.keep_deferred_delays:
+            return {}
+        return take_deferred_sidecar(self.data_path, queue_name)
+
+    def save_deferred_due(self, queue_name: str, due: dict[bytes, int]) -> None:
+        """Save (or, empty, remove) a queue's deferred due times; --keep-deferred-delays only."""
+        if self.keep_deferred_delays:
+            write_deferred_sidecar(self.data_path, queue_name, due)
 
     def open(self) -> None:
         """Lock the data path (OSError / RuntimeError when another nsqd holds it)."""

@@ -199,7 +199,7 @@ def go_float(value: float) -> str:
         return "-0" if str(value).startswith("-") else "0"
     from decimal import Decimal
 
-    sign, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
+    _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
     digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
     point = len(digit_tuple) + int(exponent)  # where the decimal point goes
     exp = point - 1

@@ -11,7 +11,6 @@ TLS and the auth client with their flags, leases with ``--leases``, replication 
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from typing import Any
 

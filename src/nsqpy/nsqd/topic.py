@@ -18,7 +18,6 @@ from ..protocol.names import is_ephemeral
 from ..common.quantile import merged_result
 from .channel import Channel
 from .hooks import Host, Msg
-from .metadata import take_deferred_sidecar, write_deferred_sidecar
 
 PUMP_BATCH = 1000
 _monotonic = time.monotonic
@@ -41,8 +40,7 @@ class Topic:
         # futures of publishers whose answer waits for that (upstream's GetTopic blocks on it)
         self._ready_waiters: list[asyncio.Future] = []
         self.due_after_restart: dict[bytes, int] = (
-            take_deferred_sidecar(nsqd.data_path, name)
-            if nsqd.keep_deferred_delays and not self.ephemeral else {})
+            {} if self.ephemeral else nsqd.take_deferred_due(name))
         self.message_count = 0
         self.message_bytes = 0
         self._pump_scheduled = False
@@ -256,8 +254,7 @@ class Topic:
                                            self.name, len(self.mem), err)
                 self.mem.clear()
             try:
-                if self.nsqd.keep_deferred_delays:
-                    write_deferred_sidecar(self.nsqd.data_path, self.name, due)
+                self.nsqd.save_deferred_due(self.name, due)
             except OSError as err:
                 self.nsqd.logger.error("topic(%s): failed to save deferred due times - %s",
                                        self.name, err)
@@ -274,7 +271,6 @@ class Topic:
         self.channels.clear()
         self.mem.clear()
         self.backend.delete()
-        if self.nsqd.keep_deferred_delays:
-            write_deferred_sidecar(self.nsqd.data_path, self.name, {})
+        self.nsqd.save_deferred_due(self.name, {})
 
 
