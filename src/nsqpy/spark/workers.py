@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("nsqpy.spark")
@@ -37,13 +36,10 @@ class WorkerPythonError(RuntimeError):
 
 
 def _same_interpreter(executable: str) -> bool:
+    """Exactly the driver's interpreter path (not resolved: a venv's python is a symlink to its base,
+    which has none of the venv's packages)."""
     found = shutil.which(executable)
-    if found is None:
-        return False
-    try:
-        return Path(found).resolve() == Path(sys.executable).resolve() or os.path.samefile(found, sys.executable)
-    except OSError:
-        return False
+    return found is not None and os.path.abspath(found) == os.path.abspath(sys.executable)
 
 
 def probe(executable: str, timeout: float = 60.0) -> str | None:
