@@ -159,23 +159,3 @@ def looks_like_commands(block: Block) -> bool:
         if line.strip() and not line.strip().startswith("#"):
             return bool(_COMMANDS.match(line))
     return False
-
-
-def shell_commands(code: str, console: bool) -> list[str]:
-    """The block's commands, continuation lines joined; for ``console`` only the ``$ `` lines."""
-    out: list[str] = []
-    pending = ""
-    for raw in code.splitlines():
-        line = raw
-        if console and not pending:
-            if not line.startswith("$ "):
-                continue
-            line = line[2:]
-        if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
-            continue
-        out.append(pending + line)
-        pending = ""
-    if pending:
-        out.append(pending)
-    return out

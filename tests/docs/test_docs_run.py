@@ -71,8 +71,14 @@ def shell_script(block: Block, ports: tuple[int, ...]) -> str:
     """The block as a bash script: ports rewritten, long-running commands bounded."""
     code = rewrite_ports(block.code, ports)
     lines = code.splitlines()
-    if block.lang == "console":
-        lines = [line[2:] for line in lines if line.startswith("$ ")]
+    if block.lang == "console":   # the `$ ` lines and their continuations; the rest is output
+        kept: list[str] = []
+        for line in lines:
+            if line.startswith("$ "):
+                kept.append(line[2:])
+            elif kept and kept[-1].rstrip().endswith("\\"):
+                kept.append(line)
+        lines = kept
     out: list[str] = [PRELUDE]
     pending = ""
     for line in lines:
