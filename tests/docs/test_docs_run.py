@@ -139,7 +139,7 @@ class PythonSession:
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.close()  # type: ignore[union-attr]
-                self.proc.wait(30)
+                self.proc.wait(10)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         try:
