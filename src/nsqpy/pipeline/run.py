@@ -397,5 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tmp is not None and not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+    if tmp is not None and not args.keep:
+        # the report must not point at a directory that no longer exists
+        report["archive"] = f"{args.archive}: deleted at exit with the temporary output (--keep or --out DIR keeps it)"
     print(json.dumps(report, indent=2, default=str))
     return 0 if report["ok"] else 1

@@ -33,9 +33,15 @@ def register(spark: Any) -> None:
 
     On PySpark 4.0/4.1 (classic sessions) it also adds the listener that stops AvailableNow and
     Once queries reading nsq, which those versions cannot run correctly (:mod:`nsqpy.spark.guard`).
+    In a classic session it first makes sure Spark's Python workers can import nsqpy: in local mode
+    with no ``PYSPARK_PYTHON`` chosen they run this interpreter; otherwise a worker Python without
+    nsqpy raises :class:`~nsqpy.spark.workers.WorkerPythonError` naming what to set
+    (:mod:`nsqpy.spark.workers`).
     """
-    from . import guard
+    from . import guard, workers
     from .source import NsqDataSource
+
+    workers.ensure(spark)   # before the data source is wrapped: it takes the workers' Python then
 
     parallelism = _parallelism(spark)
     source = NsqDataSource
