@@ -217,8 +217,11 @@ class AuthClient:
         if self._session is None:
             import aiohttp
 
+            # ceil_threshold: aiohttp rounds a timeout over 5 s up to the next whole second of
+            # the loop clock, so the default 5 s became 5-6 s; Go's client gives up at 5 s
             timeout = aiohttp.ClientTimeout(total=self.request_timeout,
-                                            connect=self.connect_timeout)
+                                            connect=self.connect_timeout,
+                                            ceil_threshold=float("inf"))
             self._session = aiohttp.ClientSession(
                 timeout=timeout, connector=aiohttp.TCPConnector(ssl=self.ssl_context))
         return self._session
