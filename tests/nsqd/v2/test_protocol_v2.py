@@ -55,7 +55,7 @@ class Peer:
         self.protocol = ProtocolV2(nsqd, self.client)
         self.parser = CommandParser(nsqd.limits)
         self.parser.pre_body_check = self.protocol.pre_body
-        self.parser.mpub_head = True  # as V2Connection
+        self.parser.mpub_head = nsqd.auth is not None  # as V2Connection
         self.decoder = FrameDecoder()
 
     def send(self, data: bytes) -> list:

@@ -156,7 +156,13 @@ class ProtocolV2:
         first, then the arguments (returns the largest body allowed)."""
         if name not in self.commands:
             self.refuse(name)
-        return pre_body_checks(name, params, limits)
+        limit = pre_body_checks(name, params, limits)
+        if name == b"MPUB" and self.nsqd.auth is None:
+            try:  # upstream's MPUB creates its topic before reading the body (with AUTH: mpub_head)
+                self.nsqd.get_topic(params[1].decode("ascii"))
+            except OSError:
+                pass  # the handler reports it once the body is read
+        return limit
 
     # --- IDENTIFY and AUTH ----------------------------------------------------------------------
 
