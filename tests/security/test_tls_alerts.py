@@ -98,12 +98,61 @@ def test_refused_certificate_alerts(tmp_path, certs, policy):
                     if cert != "client":
                         assert expected == BAD_CERTIFICATE, (where, got)
                     assert KNOWN.get((cert, version), expected) == got["us"], (where, got)
-        # the log keeps OpenSSL's reason, not the client's EOF after the alert
-        log = nodes["us"].log()
-        assert "IDENTIFY failed [SSL: PEER_DID_NOT_RETURN_A_CERTIFICATE]" in log
+        # the log keeps OpenSSL's reason, not the EOF after the alert
+        from helpers.polling import wait_for
+
+        expected = ["IDENTIFY failed [SSL: PEER_DID_NOT_RETURN_A_CERTIFICATE]"]
         if policy == "require-verify":
-            assert ("IDENTIFY failed [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: "
-                    "self-signed certificate") in log
+            expected.append("IDENTIFY failed [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify "
+                            "failed: self-signed certificate")
+        wait_for(lambda: all(line in nodes["us"].log() for line in expected), what=expected)
     finally:
         for node in nodes.values():
             node.stop()
+
+
+def test_refused_version_alert_as_upstream(tmp_path, certs):
+    """Any failed handshake sends OpenSSL's alert now, not only a refused certificate: a
+    TLS 1.2 client of a --tls-min-version=tls1.3 nsqd hears protocol_version, as from Go."""
+    flags = ["--tls-min-version=tls1.3"]
+    nodes = {"us": SecureNsqd(tmp_path / "us", *flags, certs=certs)}
+    up = upstream_dir()
+    if up is not None and (up / "nsqd").exists():
+        nodes["up"] = SecureNsqd(tmp_path / "up", *flags, certs=certs, binary=str(up / "nsqd"))
+    try:
+        for side, node in nodes.items():
+            for listener in (_tcp, _https):
+                ctx = certs.client_context()
+                ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+                assert listener(node, ctx) == "TLSV1_ALERT_PROTOCOL_VERSION", (side, listener)
+    finally:
+        for node in nodes.values():
+            node.stop()
+
+
+def test_tcp_upgrade_closes_right_after_the_alert(tmp_path, certs):
+    """On the TCP upgrade the connection ends as the alert goes out, as upstream's does, not
+    when the client reacts to it (a client that stays silent is not waited for)."""
+    import time
+
+    node = SecureNsqd(tmp_path / "us", certs=certs)
+    try:
+        sock = socket.create_connection(("127.0.0.1", node.tcp_port), timeout=5)
+        body = json.dumps({"feature_negotiation": True, "tls_v1": True}).encode()
+        sock.sendall(b"  V2IDENTIFY\n" + I32(len(body)) + body)
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        sock.recv(size, socket.MSG_WAITALL)
+        sock.sendall(b"\x16\x03\x01\x00\x05hello")  # a handshake record no server can take
+        started = time.monotonic()
+        got = b""
+        while chunk := sock.recv(4096):
+            got += chunk
+        assert got[:1] == b"\x15" and len(got) == 7, got  # one fatal alert record, then EOF
+        assert time.monotonic() - started < 2.0  # the handshake deadline is 5 s
+        sock.close()
+        from helpers.polling import wait_for
+
+        wait_for(lambda: "IDENTIFY failed [SSL: UNEXPECTED_MESSAGE]" in node.log(),
+                 what="the handshake's failure logged")
+    finally:
+        node.stop()

@@ -137,7 +137,14 @@ class StreamStack:
             self._task = None
             return
         ssl_protocol: list = []  # start_tls makes it the raw transport's protocol at once
-        nsqd.loop.call_soon(lambda: ssl_protocol.append(raw.get_protocol()))
+
+        def found() -> None:  # after start_tls's own first callback made the SSL object
+            from .tls import close_after_alert
+
+            ssl_protocol.append(raw.get_protocol())
+            close_after_alert(ssl_protocol[0])
+
+        nsqd.loop.call_soon(nsqd.loop.call_soon, found)
         try:
             transport = await nsqd.loop.start_tls(
                 raw, self, nsqd.tls_context, server_side=True,

@@ -155,8 +155,7 @@ def server_context(opts: Any, logger: logging.Logger | None = None) -> ssl.SSLCo
                                  "Python/OpenSSL build; use require-verify")
     else:
         ctx.verify_mode = ssl.CERT_NONE
-    if policy:
-        ctx.sslobject_class = AlertingSSLObject
+    ctx.sslobject_class = AlertingSSLObject  # a failed handshake's alert is sent, as Go's
     if minimum < ssl.TLSVersion.TLSv1_2 and not _serve_legacy_versions(ctx) and logger:
         logger.warning("TLS: this Python/OpenSSL build cannot serve TLS 1.0/1.1 (no ClientHello "
                        "callback reachable); --tls-min-version=%s serves TLS 1.2 and later",
@@ -311,6 +310,7 @@ class AlertingSSLObject(ssl.SSLObject):
 
     _nsq_outgoing: Any = None
     _nsq_failed: ssl.SSLError | None = None
+    _nsq_on_failure: Any = None  # called once the alert is out (see close_after_alert)
 
     @classmethod
     def _create(cls, incoming: Any, outgoing: Any, *args: Any, **kwargs: Any) -> Any:
@@ -336,21 +336,42 @@ class AlertingSSLObject(ssl.SSLObject):
                 # OpenSSL's own reason, which _on_verify replaced to choose the alert
                 err.strerror = err.strerror.replace(_REJECTED_TEXT, refusal)
             self._nsq_failed = err
+            if self._nsq_on_failure is not None:  # runs after the protocol sent the alert
+                import asyncio
+
+                asyncio.get_running_loop().call_soon(self._nsq_on_failure)
             raise ssl.SSLWantReadError("the alert goes out first") from None
 
 
-def handshake_failure(ssl_protocol: Any) -> ssl.SSLError | None:
-    """Why a server handshake failed when :class:`AlertingSSLObject` sent its alert first: the
-    SSL protocol then ends it with the client's EOF, which says nothing. The protocol's SSL
-    object is found one level deep (uvloop keeps it private)."""
+def _alerting_object(ssl_protocol: Any) -> AlertingSSLObject | None:
+    """The SSL object of an SSL protocol, found one level deep (uvloop keeps it private)."""
     import gc
 
     if ssl_protocol is None:
         return None
     for obj in (getattr(ssl_protocol, "_sslobj", None), *gc.get_referents(ssl_protocol)):
         if isinstance(obj, AlertingSSLObject):
-            return obj._nsq_failed
+            return obj
     return None
+
+
+def close_after_alert(ssl_protocol: Any) -> None:
+    """End a failed handshake right after its alert, as Go does, instead of when the client
+    reacts: the protocol is told the stream ended (its handshake then fails at once)."""
+    obj = _alerting_object(ssl_protocol)
+    if obj is None:
+        return
+    if obj._nsq_failed is not None:  # it failed (and sent its alert) before we got here
+        ssl_protocol.eof_received()
+    else:
+        obj._nsq_on_failure = ssl_protocol.eof_received
+
+
+def handshake_failure(ssl_protocol: Any) -> ssl.SSLError | None:
+    """Why a server handshake failed when :class:`AlertingSSLObject` sent its alert first: the
+    SSL protocol then ends it with an EOF, which says nothing."""
+    obj = _alerting_object(ssl_protocol)
+    return obj._nsq_failed if obj is not None else None
 
 
 _ALERT = 0x15
