@@ -240,3 +240,38 @@ def test_stop_after_sub():
     parser.stop_after_sub = True
     assert parser.feed(b"SUB t c\nRDY 1\n") == [(b"SUB", [b"SUB", b"t", b"c"], None)]
     assert parser.feed(b"") == [(b"RDY", [b"RDY", b"1"], None)]
+
+
+# --- mpub_head: MPUB's line on its own, before its body (nsqd with AUTH) --------------------------
+
+def _head_parser() -> CommandParser:
+    parser = CommandParser(Limits(max_msg_size=100, max_body_size=1000))
+    parser.mpub_head = True
+    return parser
+
+
+def test_mpub_head_comes_before_the_body_is_read():
+    from nsqpy.protocol.commands import MPUB_HEAD
+
+    data = encode_mpub("t", [b"a", b"bc"]) + b"NOP\n"
+    whole = _head_parser().feed(data)
+    assert whole == [(MPUB_HEAD, [b"MPUB", b"t"], None), (b"MPUB", [b"MPUB", b"t"], [b"a", b"bc"]),
+                     (b"NOP", [b"NOP"], None)]
+    parser = _head_parser()
+    pieces = [item for i in range(len(data)) for item in parser.feed(data[i:i + 1])]
+    assert pieces == whole  # byte by byte: the head once, as soon as its line is complete
+
+
+def test_mpub_head_then_the_body_errors_in_order():
+    from nsqpy.protocol.commands import MPUB_HEAD
+
+    for body, error in ((I32(-1), "E_BAD_BODY MPUB invalid body size -1"),
+                        (I32(2000), "E_BAD_BODY MPUB body too big 2000 > 1000"),
+                        (I32(8) + I32(0), "E_BAD_BODY MPUB invalid message count 0")):
+        head, err = _head_parser().feed(b"MPUB t\n" + body)
+        assert head == (MPUB_HEAD, [b"MPUB", b"t"], None)
+        assert isinstance(err, FatalError) and str(err) == error
+    parser = _head_parser()
+    assert len(parser.feed(b"MPUB t\n\x00\x00")) == 1  # the head; the size is cut
+    err, cause = parser.eof_error()
+    assert (str(err), cause) == ("E_BAD_BODY MPUB failed to read body size", "unexpected EOF")

@@ -95,11 +95,13 @@ def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None
 class SecureNsqd(ServerProcess):
     """nsqd on free loopback ports (TCP, HTTP, HTTPS); ready once its TCP and HTTP(S) ports accept."""
 
-    def __init__(self, data_path: Path, *extra: str, certs: Certs | None = None) -> None:
+    def __init__(self, data_path: Path, *extra: str, certs: Certs | None = None,
+                 binary: str | None = None) -> None:
+        """``binary``: another nsqd to run with the same flags (upstream's, side by side)."""
         self.tcp_port, self.http_port, self.https_port = free_port(), free_port(), free_port()
         self.data_path = data_path
         data_path.mkdir(parents=True, exist_ok=True)
-        argv = [str(VENV_BIN / "nsqd"), f"--tcp-address=127.0.0.1:{self.tcp_port}",
+        argv = [binary or str(VENV_BIN / "nsqd"), f"--tcp-address=127.0.0.1:{self.tcp_port}",
                 f"--http-address=127.0.0.1:{self.http_port}",
                 f"--https-address=127.0.0.1:{self.https_port}", f"--data-path={data_path}",
                 "--broadcast-address=127.0.0.1"]

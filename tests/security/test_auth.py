@@ -356,3 +356,24 @@ def test_requery_holds_only_that_connection(secure_nsqd, auth_server):
     slow.expect_ok()
     doc = stats(node)
     assert doc["topics"][0]["message_count"] == 3
+
+
+def test_auth_refuses_to_start_without_the_re2_engine(tmp_path):
+    """Grants need Go's regexp semantics: without google-re2, nsqd with --auth-http-address stops
+    with a FATAL line instead of deciding grants with Python's re."""
+    import subprocess
+
+    from helpers.servers import VENV_BIN, free_port
+
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "re2.py").write_text('raise ImportError("No module named re2")\n')
+    argv = [str(VENV_BIN / "nsqd"), f"--data-path={tmp_path}",
+            f"--tcp-address=127.0.0.1:{free_port()}", f"--http-address=127.0.0.1:{free_port()}"]
+    env = {**__import__("os").environ, "PYTHONPATH": str(shadow)}
+    done = subprocess.run(argv + ["--auth-http-address=127.0.0.1:1"], env=env, timeout=20,
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.endswith("FATAL: failed to instantiate nsqd - Go regular expressions need the "
+                         "google-re2 package (pip install google-re2): No module named re2"), last

@@ -287,7 +287,8 @@ def test_topic_pattern_follows_lookupd(nsqd_factory, lookupd_factory, tools, tmp
 
     wait_for(lambda: {*matching, other} <= lookupd_topics(), what="lookupd registrations")
     out = tmp_path / "out"
-    proc = tools.start("nsq_to_file", f"--topic-pattern=^{prefix}_",
+    # Go's regexp, as upstream's: Python's re would read the POSIX class as a set and a "]"
+    proc = tools.start("nsq_to_file", f"--topic-pattern=^{prefix}_[[:alpha:]]",
                        f"--lookupd-http-address={lookupd.http_address}", f"--output-dir={out}",
                        "--topic-refresh=200ms", "--filename-format=<TOPIC>.log")
     for topic in matching:
@@ -320,6 +321,9 @@ def test_topic_pattern_follows_lookupd(nsqd_factory, lookupd_factory, tools, tmp
     (["--topic=t", "--nsqd-tcp-address=a:1", "--channel="], "--channel is required"),
     (["--topic=t", "--nsqd-tcp-address=a:1", "--http-client-connect-timeout=0"],
      "--http-client-connect-timeout should be positive"),
+    # a pattern Go's regexp refuses (Python's re would take the lookahead)
+    (["--topic-pattern=(?=x)", "--lookupd-http-address=a:1"],
+     "invalid --topic-pattern '(?=x)': error parsing regexp: "),
 ])
 def test_flag_errors_exit_1_with_a_message(args, message):
     result = run_tool("nsq_to_file", *args, timeout=20)

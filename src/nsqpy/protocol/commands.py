@@ -32,6 +32,9 @@ Command = tuple  # (name: bytes, params: list[bytes], body: bytes | list[bytes] 
 ParseResult = Union[Command, FatalError]
 
 BODY_COMMANDS = frozenset((b"IDENTIFY", b"AUTH", b"PUB", b"DPUB", b"MPUB"))
+#: an MPUB's line, parsed on its own before the body (``CommandParser.mpub_head``)
+MPUB_HEAD = b"MPUB head"
+_MPUB_SIZE_UNREAD = -2
 
 
 @dataclass(frozen=True)
@@ -195,23 +198,29 @@ class CommandParser:
     * ``pre_body_check``: the function that vets a body command's line before its size is read
       (``(name, params, limits) -> max body size``): nsqd's state machine installs its own, which
       refuses a command the connection's state does not allow, as upstream does.
+    * ``mpub_head``: an MPUB's line comes out on its own, as ``(MPUB_HEAD, params, None)``,
+      before its body size is read, and the command follows once its messages are here. Upstream
+      checks MPUB's authorization (and creates its topic) between the two, so nsqd must run that
+      check in command order before any error of the body can be reported.
     """
 
     __slots__ = ("_buf", "_limits", "_pending", "_mpub", "_dead", "stop_after_identify",
-                 "stop_after_sub", "pre_body_check", "fin_runs")
+                 "stop_after_sub", "pre_body_check", "fin_runs", "mpub_head")
 
     def __init__(self, limits: Limits | None = None) -> None:
         self._buf = bytearray()
         self._limits = limits or Limits()
         # (name, params, body_size) while waiting for a body that was already size-checked
         self._pending: tuple[bytes, list[bytes], int] | None = None
-        # an MPUB being read: [params, message count (-1: not read yet), bodies so far, bytes so far]
+        # an MPUB being read: [params, message count (-1: not read yet; -2: nor its body size,
+        # with mpub_head), bodies so far, bytes so far]
         self._mpub: list | None = None
         self._dead = False
         self.stop_after_identify = False
         self.stop_after_sub = False
         self.fin_runs = False  # nsqd: back-to-back FINs come out as one command (see fin_run)
         self.pre_body_check = pre_body_checks
+        self.mpub_head = False
 
     def take_buffer(self) -> bytes:
         """Hand back unparsed bytes (after IDENTIFY switches the stream to compression)."""
@@ -231,6 +240,8 @@ class CommandParser:
         mpub = self._mpub
         if mpub is not None:
             cause = "unexpected EOF" if buf else "EOF"
+            if mpub[1] == _MPUB_SIZE_UNREAD:
+                return FatalError(E_BAD_BODY, "MPUB failed to read body size"), cause
             if mpub[1] < 0:
                 return FatalError(E_BAD_BODY, "MPUB failed to read message count"), cause
             if len(buf) < 4:
@@ -267,6 +278,12 @@ class CommandParser:
         assert state is not None
         limits = self._limits
         count = state[1]
+        if count == _MPUB_SIZE_UNREAD:  # mpub_head: the line went out alone
+            if end - pos < 4:
+                return pos, None
+            _check_body_size(b"MPUB", _unpack_i32(buf, pos)[0], limits.max_body_size)
+            pos += 4
+            count = state[1] = -1
         if count < 0:
             if end - pos < 4:
                 return pos, None
@@ -372,6 +389,11 @@ class CommandParser:
                 name = params[0]
                 if name in BODY_COMMANDS:
                     limit = pre_body(name, params, limits)
+                    if name == b"MPUB" and self.mpub_head:
+                        pos = nl + 1
+                        out.append((MPUB_HEAD, params, None))
+                        self._mpub = [params, _MPUB_SIZE_UNREAD, [], 4]
+                        continue
                     if end - nl - 1 < 4:
                         break  # size not here yet: re-parse this line on the next feed
                     (size,) = _unpack_i32(buf, nl + 1)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import socket
 import sys
@@ -51,6 +50,7 @@ from collections import deque
 from typing import Any
 
 from ..client import Message
+from ..common import goregexp
 from ..common.flags import Flag, FlagSet
 from ..common.log import make_logger
 from ..protocol.names import is_valid_name
@@ -546,7 +546,7 @@ class TopicDiscoverer:
     """Owns the FileLoggers: the given topics, or lookupd's topics matching --topic-pattern."""
 
     def __init__(self, opts: Any, go_cfg: GoNsqConfig, logger: Any,
-                 pattern: re.Pattern[str] | None) -> None:
+                 pattern: goregexp.GoRegexp | None) -> None:
         self.opts = opts
         self.go_cfg = go_cfg
         self.logger = logger
@@ -556,7 +556,7 @@ class TopicDiscoverer:
         self._stopping = asyncio.Event()
 
     def allowed(self, topic: str) -> bool:
-        return self.pattern is None or self.pattern.search(topic) is not None
+        return self.pattern is None or self.pattern.match_string(topic)
 
     async def update_topics(self, topics: list[str]) -> None:
         """upstream's ``updateTopics``: one topic after the other, a logger (and its connected
@@ -635,7 +635,7 @@ class TopicDiscoverer:
 
 
 async def _main(opts: Any, go_cfg: GoNsqConfig, logger: Any,
-                pattern: re.Pattern[str] | None) -> int:
+                pattern: goregexp.GoRegexp | None) -> int:
     discoverer = TopicDiscoverer(opts, go_cfg, logger, pattern)
     signals_seen = 0
 
@@ -661,7 +661,7 @@ def _permanent_failure(o: Any, cfg: GoNsqConfig) -> tuple[str, str] | None:
     1, so a unit or script sees the misconfiguration.
     """
     for topic in o.topic:
-        if o.topic_pattern and (o.pattern is None or o.pattern.search(topic) is None):
+        if o.topic_pattern and (o.pattern is None or not o.pattern.match_string(topic)):
             continue
         try:
             filename_format(o, topic)
@@ -714,8 +714,10 @@ def main(argv: list[str] | None = None) -> None:
     o.pattern = None
     if o.topic_pattern:
         try:
-            o.pattern = re.compile(o.topic_pattern)
-        except re.error as err:  # nsqpy's: upstream would skip every topic
+            o.pattern = goregexp.compile(o.topic_pattern)  # Go's regexp, as upstream's
+        except goregexp.RegexpUnavailable as err:
+            fatal(str(err))
+        except ValueError as err:  # nsqpy's: upstream would skip every topic
             fatal(f"invalid --topic-pattern {o.topic_pattern!r}: {err}")
     logger = make_logger(PROGRAM, o.log_prefix, o.log_level)
     cfg = common.go_config(o.consumer_opt, "consumer-opt", ignore_errors=True)

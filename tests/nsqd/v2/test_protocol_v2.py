@@ -17,7 +17,7 @@ from nsqpy.nsqd.v2.client import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, Cl
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.nsqd.main import parse_options
 from nsqpy.nsqd.v2.protocol_v2 import KNOWN_COMMANDS, STATES, TLS_PENDING, ProtocolV2, Upgrade
-from nsqpy.protocol.commands import CommandParser, encode_command, encode_mpub
+from nsqpy.protocol.commands import MPUB_HEAD, CommandParser, encode_command, encode_mpub
 from nsqpy.protocol.errors import ClientError, FatalError
 from nsqpy.protocol.fin_run import FIN_RUN
 from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, FrameDecoder
@@ -55,6 +55,7 @@ class Peer:
         self.protocol = ProtocolV2(nsqd, self.client)
         self.parser = CommandParser(nsqd.limits)
         self.parser.pre_body_check = self.protocol.pre_body
+        self.parser.mpub_head = nsqd.auth is not None  # as V2Connection
         self.decoder = FrameDecoder()
 
     def send(self, data: bytes) -> list:
@@ -86,9 +87,10 @@ def error_text(results: list) -> str:
     return str(results[-1])
 
 
-# nsqpy's own rows: a parsed run of FINs (handled as FIN where FIN is allowed) and the
-# replication link's RSUB (refused as an unknown command unless --accept-replicas)
-NSQPY_ROWS = {FIN_RUN, b"RSUB"}
+# nsqpy's own rows: a parsed run of FINs (handled as FIN where FIN is allowed), MPUB's line
+# before its body (its auth check) and the replication link's RSUB (refused as an unknown
+# command unless --accept-replicas)
+NSQPY_ROWS = {FIN_RUN, MPUB_HEAD, b"RSUB"}
 
 
 def test_the_table_is_upstreams():

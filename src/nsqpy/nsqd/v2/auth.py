@@ -12,8 +12,9 @@ success wins) what a client's secret may do, and caches the answer for its ``ttl
   decoder and upstream's checks do: wrong JSON types, an unknown permission, a regex that does
   not compile or ``ttl <= 0`` all make the query fail.
 
-Regexes are matched unanchored (Go's ``MatchString`` finds a match anywhere): ``re.search``.
-Go's RE2 syntax is nearly a subset of Python's; ``\\z`` (end of text) is translated to ``\\Z``.
+Regexes are Go's (``common/goregexp``: RE2, never Python's ``re``, which would decide some grants
+the other way) and match unanchored, as Go's ``MatchString``. Without the RE2 engine nsqd refuses
+to start with ``--auth-http-address``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 import time
 from typing import Any
 from urllib.parse import quote_plus, urlsplit, urlunsplit
 
 import orjson
+
+from ...common import goregexp
+from ...common.goregexp import GoRegexp
 
 ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 _MAX_RESPONSE = 1 << 20  # an auth answer larger than this is refused, not buffered
@@ -39,7 +42,7 @@ class AuthQueryError(Exception):
 class Authorization:
     __slots__ = ("topic", "channels", "publish", "subscribe")
 
-    def __init__(self, topic: re.Pattern, channels: list[re.Pattern], permissions: list[str]) -> None:
+    def __init__(self, topic: GoRegexp, channels: list[GoRegexp], permissions: list[str]) -> None:
         self.topic = topic
         self.channels = channels
         self.publish = "publish" in permissions
@@ -48,9 +51,9 @@ class Authorization:
     def allows(self, topic: str, channel: str) -> bool:
         if not (self.subscribe if channel else self.publish):
             return False
-        if self.topic.search(topic) is None:
+        if not self.topic.match_string(topic):
             return False
-        return any(c.search(channel) is not None for c in self.channels)
+        return any(c.match_string(channel) for c in self.channels)
 
 
 class AuthState:
@@ -110,14 +113,6 @@ def _strings(value: Any, what: str) -> list[str]:
     return [_string(v, what) for v in value]
 
 
-def go_regexp(pattern: str) -> re.Pattern:
-    """Compile a Go (RE2) pattern with Python's engine; ValueError if it does not compile."""
-    try:
-        return re.compile(pattern.replace("\\z", "\\Z"))
-    except (re.error, RecursionError, OverflowError) as err:
-        raise ValueError(f"error parsing regexp: {err}") from None
-
-
 def parse_state(body: bytes) -> AuthState:
     """Validate an auth server's answer (upstream QueryAuthd's checks); ValueError on any problem."""
     try:
@@ -152,13 +147,13 @@ def parse_state(body: bytes) -> AuthState:
                 raise ValueError(f"unknown permission {p}")
         topic = _string(_field(raw, "topic"), "Authorization.topic")
         try:
-            topic_re = go_regexp(topic)
+            topic_re = goregexp.compile(topic)
         except ValueError as err:
             raise ValueError(f"unable to compile topic {topic!r} {err}") from None
         channel_res = []
         for channel in _strings(_field(raw, "channels"), "Authorization.channels"):
             try:
-                channel_res.append(go_regexp(channel))
+                channel_res.append(goregexp.compile(channel))
             except ValueError as err:
                 raise ValueError(f"unable to compile channel {channel!r} {err}") from None
         auths.append(Authorization(topic_re, channel_res, permissions))
@@ -212,6 +207,7 @@ class AuthClient:
         addresses = [a for a in opts.auth_http_address if a]
         if not addresses:
             return None
+        goregexp.require()  # RegexpUnavailable (a start-up error): grants need Go's semantics
         from .tls import client_context
 
         return cls(addresses, opts.auth_http_request_method, opts.http_client_connect_timeout,
@@ -221,8 +217,11 @@ class AuthClient:
         if self._session is None:
             import aiohttp
 
+            # ceil_threshold: aiohttp rounds a timeout over 5 s up to the next whole second of
+            # the loop clock, so the default 5 s became 5-6 s; Go's client gives up at 5 s
             timeout = aiohttp.ClientTimeout(total=self.request_timeout,
-                                            connect=self.connect_timeout)
+                                            connect=self.connect_timeout,
+                                            ceil_threshold=float("inf"))
             self._session = aiohttp.ClientSession(
                 timeout=timeout, connector=aiohttp.TCPConnector(ssl=self.ssl_context))
         return self._session
@@ -278,4 +277,4 @@ class AuthClient:
 
 
 __all__ = ["AuthClient", "AuthState", "AuthQueryError", "Authorization", "parse_state",
-           "encode_query", "go_regexp"]
+           "encode_query"]

@@ -67,6 +67,8 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
         self.parser.stop_after_identify = True  # the stream may change under the next bytes
         self.parser.stop_after_sub = True  # and what the next commands may be
         self.parser.fin_runs = True  # back-to-back FINs parsed and handled as one run
+        # with AUTH, MPUB's line is checked before its body is read, as upstream's
+        self.parser.mpub_head = nsqd.auth is not None
         self.parser.pre_body_check = self.protocol.pre_body
         self.transport: asyncio.Transport | None = None
         self.magic: bytearray | None = bytearray()  # None once the V2 magic arrived

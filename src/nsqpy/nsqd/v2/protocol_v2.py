@@ -25,8 +25,8 @@ import orjson
 
 from ... import NSQ_COMPAT_VERSION
 from ...protocol.commands import (
-    BASE10_ERROR, MS, Limits, arg_text, as_int64, byte_to_base10, check_topic, go_quote, ms_to_duration_ns,
-    pre_body_checks,
+    BASE10_ERROR, MPUB_HEAD, MS, Limits, arg_text, as_int64, byte_to_base10, check_topic, go_quote,
+    ms_to_duration_ns, pre_body_checks,
 )
 from ...protocol.errors import (
     E_AUTH_DISABLED, E_AUTH_ERROR, E_BAD_BODY, E_BAD_CHANNEL, E_DPUB_FAILED, E_IDENTIFY_FAILED,
@@ -137,6 +137,8 @@ class ProtocolV2:
     def refuse(self, name: bytes) -> NoReturn:
         if name == FIN_RUN:
             name = b"FIN"  # a parsed run of FINs is refused as its first FIN would be
+        elif name == MPUB_HEAD:
+            name = b"MPUB"
         text = name.decode("utf-8", "replace")
         if self._tls_pending:
             raise FatalError(E_INVALID, f"cannot {text} in current state (TLS required)")
@@ -156,7 +158,7 @@ class ProtocolV2:
             self.refuse(name)
         limit = pre_body_checks(name, params, limits)
         if name == b"MPUB" and self.nsqd.auth is None:
-            try:  # upstream's MPUB creates its topic before reading the body
+            try:  # upstream's MPUB creates its topic before reading the body (with AUTH: mpub_head)
                 self.nsqd.get_topic(params[1].decode("ascii"))
             except OSError:
                 pass  # the handler reports it once the body is read
@@ -406,11 +408,23 @@ class ProtocolV2:
         self.client.published(topic_name, 1)
         self._ok(topic, _PUB_NO_COPY)
 
-    def mpub(self, params: list[bytes], bodies: list[bytes]) -> None:
+    def mpub_head(self, params: list[bytes], body: None) -> None:
+        """MPUB's line, before its body size is read (``CommandParser.mpub_head``): upstream
+        checks the authorization and creates the topic there, so an unauthorized MPUB gets
+        E_AUTH_FIRST / E_UNAUTHORIZED whatever its body holds."""
         topic_name = params[1].decode("ascii")
         nsqd = self.nsqd
         if nsqd.auth is not None:
             self._check_auth("MPUB", topic_name, "")
+        try:
+            nsqd.get_topic(topic_name)
+        except OSError:
+            pass  # reported by mpub once the body is read
+
+    def mpub(self, params: list[bytes], bodies: list[bytes]) -> None:
+        """The whole MPUB (authorized by :meth:`mpub_head`)."""
+        topic_name = params[1].decode("ascii")
+        nsqd = self.nsqd
         try:
             topic = nsqd.get_topic(topic_name)
             n = len(bodies)
@@ -447,7 +461,8 @@ _DPUB_NO_COPY = encode_error(E_DPUB_FAILED.encode() + b" DPUB " + _NO_COPY)
 # --- the V2 state table: state -> {command: (handler, next state or None)} ---------------------
 P = ProtocolV2
 _ANY_STATE: dict[bytes, tuple[Handler, int | None]] = {
-    b"PUB": (P.pub, None), b"MPUB": (P.mpub, None), b"DPUB": (P.dpub, None), b"NOP": (P.nop, None),
+    b"PUB": (P.pub, None), b"MPUB": (P.mpub, None), MPUB_HEAD: (P.mpub_head, None),
+    b"DPUB": (P.dpub, None), b"NOP": (P.nop, None),
 }
 # in-flight messages are answered while subscribed and after CLS
 _ACKS: dict[bytes, tuple[Handler, int | None]] = {
@@ -466,5 +481,6 @@ STATES: dict[int, dict[bytes, tuple[Handler, int | None]]] = {
 }
 # a TLS-required nsqd, before the connection's TLS upgrade: nothing but IDENTIFY
 TLS_PENDING: dict[bytes, tuple[Handler, int | None]] = {b"IDENTIFY": (P.identify, None)}
-KNOWN_COMMANDS = frozenset(name for row in STATES.values() for name in row) - {FIN_RUN, b"RSUB"}
+KNOWN_COMMANDS = frozenset(name for row in STATES.values() for name in row) - {
+    FIN_RUN, MPUB_HEAD, b"RSUB"}
 del P

@@ -136,12 +136,25 @@ class StreamStack:
         if raw is None or self._closed:
             self._task = None
             return
+        ssl_protocol: list = []  # start_tls makes it the raw transport's protocol at once
+
+        def found() -> None:  # after start_tls's own first callback made the SSL object
+            from .tls import close_after_alert
+
+            ssl_protocol.append(raw.get_protocol())
+            close_after_alert(ssl_protocol[0])
+
+        nsqd.loop.call_soon(nsqd.loop.call_soon, found)
         try:
             transport = await nsqd.loop.start_tls(
                 raw, self, nsqd.tls_context, server_side=True,
                 ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
         except Exception as err:  # noqa: BLE001 - any handshake failure ends the connection
             self._task = None
+            from .tls import handshake_failure
+
+            # the refusal behind an alert, not the client's EOF after it
+            err = handshake_failure(ssl_protocol[0] if ssl_protocol else None) or err
             if not self.close_requested:
                 nsqd.logger.error("client(%s) - %s IDENTIFY failed %s", self.client.remote_address,
                                   E_IDENTIFY_FAILED, err or type(err).__name__)

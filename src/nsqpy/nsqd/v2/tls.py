@@ -43,6 +43,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import ssl
+import threading
 import warnings
 from typing import Any
 
@@ -146,6 +147,7 @@ def server_context(opts: Any, logger: logging.Logger | None = None) -> ssl.SSLCo
         ctx.verify_mode = ssl.CERT_REQUIRED
         if not opts.tls_root_ca_file:
             ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        _refuse_as_bad_certificate(ctx)
     elif policy == "require":
         ctx.verify_mode = ssl.CERT_REQUIRED
         if not _accept_any_client_certificate(ctx):
@@ -153,6 +155,7 @@ def server_context(opts: Any, logger: logging.Logger | None = None) -> ssl.SSLCo
                                  "Python/OpenSSL build; use require-verify")
     else:
         ctx.verify_mode = ssl.CERT_NONE
+    ctx.sslobject_class = AlertingSSLObject  # a failed handshake's alert is sent, as Go's
     if minimum < ssl.TLSVersion.TLSv1_2 and not _serve_legacy_versions(ctx) and logger:
         logger.warning("TLS: this Python/OpenSSL build cannot serve TLS 1.0/1.1 (no ClientHello "
                        "callback reachable); --tls-min-version=%s serves TLS 1.2 and later",
@@ -265,19 +268,165 @@ _SSL_VERIFY_FAIL_IF_NO_PEER_CERT = 0x02
 def _accept_any_client_certificate(ctx: ssl.SSLContext) -> bool:
     """Install an always-accepting OpenSSL verify callback on ``ctx`` (see the module doc)."""
     try:
+        return _set_verify_callback(ctx, _libssl(), _accept_all)
+    except (OSError, AttributeError, ValueError, ImportError):
+        return False
+
+
+def _set_verify_callback(ctx: ssl.SSLContext, lib: ctypes.CDLL, callback: Any) -> bool:
+    """Give ``ctx`` (in ``CERT_REQUIRED`` mode) an OpenSSL verify callback, the mode unchanged;
+    False if the context's mode cannot be read back as expected."""
+    get_mode = lib.SSL_CTX_get_verify_mode
+    get_mode.argtypes = [ctypes.c_void_p]
+    get_mode.restype = ctypes.c_int
+    set_verify = lib.SSL_CTX_set_verify
+    set_verify.argtypes = [ctypes.c_void_p, ctypes.c_int, _VERIFY_CB]
+    set_verify.restype = None
+    ptr = _ssl_ctx_pointer(ctx, lib)
+    wanted = _SSL_VERIFY_PEER | _SSL_VERIFY_FAIL_IF_NO_PEER_CERT
+    if not ptr or get_mode(ptr) != wanted:
+        return False
+    set_verify(ptr, wanted, callback)
+    return get_mode(ptr) == wanted
+
+
+# --- a refused client certificate: Go's bad_certificate alert, sent before the close ----------
+
+class AlertingSSLObject(ssl.SSLObject):
+    """The server side of a handshake that sends its alert before the connection closes.
+
+    OpenSSL writes the alert of a failed handshake (a refused client certificate) into the
+    outgoing memory BIO, but asyncio's and uvloop's SSL protocols close the transport as soon as
+    ``do_handshake`` raises, without sending what the BIO holds: clients saw the connection
+    close with no alert. Here the first failure is kept and reported as "want read", which makes
+    the protocol send the BIO (the alert); the kept error is raised at the next call, when the
+    client, having read the alert, closes or sends anything (or the handshake timeout ends it).
+
+    At TLS 1.2 a missing certificate's alert is still in clear text and OpenSSL's
+    handshake_failure is turned into Go's bad_certificate; at TLS 1.3 it is encrypted and stays
+    certificate_required (docs/security.md). A certificate that fails verification gets
+    bad_certificate from :func:`_refuse_as_bad_certificate`.
+    """
+
+    _nsq_outgoing: Any = None
+    _nsq_failed: ssl.SSLError | None = None
+    _nsq_on_failure: Any = None  # called once the alert is out (see close_after_alert)
+
+    @classmethod
+    def _create(cls, incoming: Any, outgoing: Any, *args: Any, **kwargs: Any) -> Any:
+        obj = super()._create(incoming, outgoing, *args, **kwargs)
+        obj._nsq_outgoing = outgoing
+        return obj
+
+    def do_handshake(self) -> None:
+        if self._nsq_failed is not None:
+            raise self._nsq_failed
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError as err:
+            outgoing = self._nsq_outgoing
+            if outgoing is None or not outgoing.pending:
+                raise
+            if err.reason == "PEER_DID_NOT_RETURN_A_CERTIFICATE":
+                outgoing.write(_as_bad_certificate(outgoing.read()))
+            refusal, _refusal.text = getattr(_refusal, "text", None), None
+            if refusal and isinstance(err.strerror, str):
+                # OpenSSL's own reason, which _on_verify replaced to choose the alert
+                err.strerror = err.strerror.replace(_REJECTED_TEXT, refusal)
+            self._nsq_failed = err
+            if self._nsq_on_failure is not None:  # runs after the protocol sent the alert
+                import asyncio
+
+                asyncio.get_running_loop().call_soon(self._nsq_on_failure)
+            raise ssl.SSLWantReadError("the alert goes out first") from None
+
+
+def _alerting_object(ssl_protocol: Any) -> AlertingSSLObject | None:
+    """The SSL object of an SSL protocol, found one level deep (uvloop keeps it private)."""
+    import gc
+
+    if ssl_protocol is None:
+        return None
+    for obj in (getattr(ssl_protocol, "_sslobj", None), *gc.get_referents(ssl_protocol)):
+        if isinstance(obj, AlertingSSLObject):
+            return obj
+    return None
+
+
+def close_after_alert(ssl_protocol: Any) -> None:
+    """End a failed handshake right after its alert, as Go does, instead of when the client
+    reacts: the protocol is told the stream ended (its handshake then fails at once)."""
+    obj = _alerting_object(ssl_protocol)
+    if obj is None:
+        return
+    if obj._nsq_failed is not None:  # it failed (and sent its alert) before we got here
+        ssl_protocol.eof_received()
+    else:
+        obj._nsq_on_failure = ssl_protocol.eof_received
+
+
+def handshake_failure(ssl_protocol: Any) -> ssl.SSLError | None:
+    """Why a server handshake failed when :class:`AlertingSSLObject` sent its alert first: the
+    SSL protocol then ends it with an EOF, which says nothing."""
+    obj = _alerting_object(ssl_protocol)
+    return obj._nsq_failed if obj is not None else None
+
+
+_ALERT = 0x15
+_FATAL = 2
+_HANDSHAKE_FAILURE = 40
+_BAD_CERTIFICATE = 42
+
+
+def _as_bad_certificate(data: bytes) -> bytes:
+    """A clear-text fatal handshake_failure alert record (TLS 1.2, the whole of ``data``) as
+    bad_certificate; anything else (an encrypted TLS 1.3 record) unchanged."""
+    if len(data) == 7 and data[0] == _ALERT and data[3:6] == bytes((0, 2, _FATAL)) \
+            and data[6] == _HANDSHAKE_FAILURE:
+        return data[:6] + bytes((_BAD_CERTIFICATE,))
+    return data
+
+
+_X509_V_ERR_CERT_REJECTED = 28  # OpenSSL's alert for it: bad_certificate (ssl_x509err2alert)
+_REJECTED_TEXT = "certificate rejected"
+_refusal = threading.local()  # the reason _on_verify replaced, for the handshake's error
+
+
+def _on_verify(preverify_ok: int, store: int) -> int:
+    """OpenSSL's verify callback for ``require-verify``: the verdict is OpenSSL's own, but a
+    refusal is reported as "certificate rejected", whose alert is Go's bad_certificate (an
+    unknown CA would send unknown_ca)."""
+    if not preverify_ok:
+        try:
+            lib = _verify_lib
+            code = lib.X509_STORE_CTX_get_error(store)
+            _refusal.text = lib.X509_verify_cert_error_string(code).decode("utf-8", "replace")
+            lib.X509_STORE_CTX_set_error(store, _X509_V_ERR_CERT_REJECTED)
+        except Exception:  # noqa: BLE001 - nothing may escape into OpenSSL's handshake
+            pass
+    return preverify_ok
+
+
+_verify_lib: Any = None
+_verify_callback = _VERIFY_CB(_on_verify)  # kept alive for the process lifetime
+
+
+def _refuse_as_bad_certificate(ctx: ssl.SSLContext) -> bool:
+    """Install :func:`_on_verify` on ``ctx`` (verification unchanged); False if impossible,
+    which leaves OpenSSL's own alerts (unknown_ca ...)."""
+    global _verify_lib
+    try:
         lib = _libssl()
-        get_mode = lib.SSL_CTX_get_verify_mode
-        get_mode.argtypes = [ctypes.c_void_p]
-        get_mode.restype = ctypes.c_int
-        set_verify = lib.SSL_CTX_set_verify
-        set_verify.argtypes = [ctypes.c_void_p, ctypes.c_int, _VERIFY_CB]
-        set_verify.restype = None
-        ptr = _ssl_ctx_pointer(ctx, lib)
-        wanted = _SSL_VERIFY_PEER | _SSL_VERIFY_FAIL_IF_NO_PEER_CERT
-        if not ptr or get_mode(ptr) != wanted:
-            return False
-        set_verify(ptr, wanted, _accept_all)
-        return get_mode(ptr) == wanted
+        lib.X509_STORE_CTX_set_error.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.X509_STORE_CTX_set_error.restype = None
+        lib.X509_STORE_CTX_get_error.argtypes = [ctypes.c_void_p]
+        lib.X509_STORE_CTX_get_error.restype = ctypes.c_int
+        lib.X509_verify_cert_error_string.argtypes = [ctypes.c_long]
+        lib.X509_verify_cert_error_string.restype = ctypes.c_char_p
+        _verify_lib = lib
+        return _set_verify_callback(ctx, lib, _verify_callback)
     except (OSError, AttributeError, ValueError, ImportError):
         return False
 
