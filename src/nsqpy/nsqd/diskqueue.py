@@ -139,7 +139,7 @@ class DiskQueue:
         "_rfd", "_rbuf", "_roff", "_rbase", "_rlimit",
         "_wfd", "_wdirty", "_count", "_needs_sync", "_pending", "_dir_dirty",
         "_last_sync", "_closed", "_prefix", "_meta_path",
-        "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error",
+        "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error", "watch",
     )
 
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
@@ -184,6 +184,9 @@ class DiskQueue:
         self._meta_written = 0
         self._bg_busy = False
         self._bg_error: OSError | None = None
+        #: a set this queue adds itself to whenever it is read or written (nsqd's sync tick
+        #: visits only those, and drops a queue once :attr:`idle`)
+        self.watch: set | None = None
 
         self._load()
         if self._needs_sync:
@@ -195,6 +198,17 @@ class DiskQueue:
     def read_pos(self) -> int:
         return self._rbase + self._roff
 
+    @property
+    def idle(self) -> bool:
+        """Nothing for :meth:`tick` to do until the queue is next read or written."""
+        return self._closed or not (self._count or self._needs_sync or self._pending
+                                    or self._bg_busy or self._bg_error is not None)
+
+    def _touched(self) -> None:
+        watch = self.watch
+        if watch is not None:
+            watch.add(self)
+
     def put(self, data: bytes) -> None:
         """Append one record. Raises OSError when the disk fails (nothing is counted then) and
         ValueError when ``len(data)`` is outside ``[min_msg_size, max_msg_size]``."""
@@ -204,6 +218,7 @@ class DiskQueue:
                              f"maxMsgSize={self.max_msg_size}")
         if self._closed:
             raise OSError(errno.EBADF, f"DISKQUEUE({self.name}) is closed")
+        self._touched()
         pos = self.write_pos
         if pos and pos + 4 + n > self.max_bytes_per_file:
             self._put_across_files((data,))
@@ -238,6 +253,7 @@ class DiskQueue:
                              f"maxMsgSize={self.max_msg_size}")
         if self._closed:
             raise OSError(errno.EBADF, f"DISKQUEUE({self.name}) is closed")
+        self._touched()
         pos = self.write_pos
         total = sum(lens) + 4 * k
         if pos + total > self.max_bytes_per_file and (pos or k > 1):
@@ -268,6 +284,7 @@ class DiskQueue:
             end = off + 4 + size
             if end <= len(buf) and self.min_msg_size <= size <= self.max_msg_size:
                 self._roff = end
+                self._touched()
                 self._consumed(1)
                 return buf[off + 4:end]
         got = self.get_many(1)
@@ -295,6 +312,7 @@ class DiskQueue:
         out: list = []
         if limit <= 0 or self._closed:
             return out
+        self._touched()
         append = out.append
         lo = self.min_msg_size
         hi = self.max_msg_size
@@ -390,6 +408,7 @@ class DiskQueue:
         """Drop everything: delete all data files and the metadata, continue at the next file
         number (upstream). Raises the first OSError met after completing the reset."""
         self.logger.info("DISKQUEUE(%s): emptying", self.name)
+        self._touched()
         with self._meta_lock:  # a background sync still running must not rewrite the metadata
             self._meta_gen += 1
             self._meta_written = self._meta_gen
@@ -1071,6 +1090,8 @@ class DummyQueue:
     __slots__ = ("name",)
 
     depth = 0
+    idle = True
+    watch = None
 
     def __init__(self, name: str = "", *args: object, **kwargs: object) -> None:
         self.name = name
