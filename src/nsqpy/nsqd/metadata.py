@@ -302,7 +302,7 @@ class MetadataWriter:
     def _paced(self, pause: bool) -> Iterator[bytes]:
         for i, entry in enumerate(self._entries(), 1):
             if pause and not i % self.YIELD_EVERY:
-                time.sleep(0)  # let the event loop's thread take the interpreter
+                time.sleep(0.0001)  # hand the interpreter to the event loop, if it waits
             yield entry
 
     def _run(self) -> None:

@@ -83,6 +83,8 @@ class NSQD:
         self.busy_channels: set["Channel"] = set()
         #: disk queues read or written since their last sync: the only ones the sync tick visits
         self.active_backends: set[DiskQueue] = set()
+        #: the data directory's queue files at start, by queue name (see :meth:`make_backend`)
+        self._files_at_start: dict[str, list[str]] | None = None
         # --- hooks (hooks.py): what the server installs for the features the flags ask for ---
         self.lifecycle: Lifecycle = Upstream()
         self.http_routes: list[RouteProvider] = []
@@ -120,8 +122,9 @@ class NSQD:
         if ephemeral:
             return DummyQueue()
         opts = self.options
+        name = name.replace("/", "_")
         queue = DiskQueue(
-            name=name.replace("/", "_"),
+            name=name,
             data_path=self.data_path,
             max_bytes_per_file=opts.max_bytes_per_file,
             min_msg_size=MESSAGE_HEADER_SIZE,
@@ -129,11 +132,29 @@ class NSQD:
             sync_every=opts.sync_every,
             sync_timeout=opts.sync_timeout,
             logger=self.logger,
+            files=self._leftover_files(name),
         )
         queue.watch = self.active_backends  # it adds itself when read or written
         if not queue.idle:
             self.active_backends.add(queue)
         return queue
+
+    def _leftover_files(self, queue_name: str) -> list[str]:
+        """The files a new queue may find of its own: only those already there at start (a
+        queue deleted since removed its files, and no other writes them). The directory is
+        listed once, not once per queue: with thousands of queues that listing was most of what
+        a create cost."""
+        if self._files_at_start is None:
+            self._files_at_start = {}
+            try:
+                names = os.listdir(self.data_path)
+            except OSError:
+                names = []
+            for fn in names:
+                cut = fn.rfind(".diskqueue.")
+                if cut > 0:
+                    self._files_at_start.setdefault(fn[:cut], []).append(fn)
+        return self._files_at_start.pop(queue_name, [])
 
     # --- topics --------------------------------------------------------------------------------
 
