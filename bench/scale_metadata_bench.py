@@ -5,7 +5,8 @@ Scenarios, each on a fresh daemon, fresh data directory and free ports:
 * ``create TxC``: T topics with C channels each created over HTTP (``/topic/create`` then C x
   ``/channel/create``, from 4 client processes on keep-alive connections) while a publisher in
   another process PUBs one message every 2 ms on TCP: wall time of the creation, and the
-  publisher's wait (PUB to OK) p50 / p99 / max during it;
+  publisher's wait (PUB to OK) p50 / p99 / max during it; then ~100 of the topics deleted one by
+  one (``/topic/delete``, p50 / max);
 * ``idle N``: N channels (N/2 topics x 2), loaded from an ``nsqd.dat`` written beforehand (creating
   20k topics over HTTP takes upstream many minutes), no client: the daemon's CPU time over a
   window once settled, as a percentage of one core.
@@ -147,9 +148,24 @@ def measure_create(binary: str, topics: int, channels: int, clients: int = 4) ->
         took = time.perf_counter() - start
         out, _ = prober.communicate("")
         waits = sorted(json.loads(out))
+        deletes = sorted(delete_times(web, [f"s{i:06d}" for i in range(0, topics, max(1, topics // 100))]))
     return {"create_s": took, "pub_p50_ms": waits[len(waits) // 2],
             "pub_p99_ms": waits[min(len(waits) - 1, len(waits) * 99 // 100)],
-            "pub_max_ms": waits[-1]}
+            "pub_max_ms": waits[-1], "delete_p50_ms": deletes[len(deletes) // 2],
+            "delete_max_ms": deletes[-1]}
+
+
+def delete_times(port: int, names: list[str]) -> list[float]:
+    """``/topic/delete`` of these topics (each with its channels), one after another: ms each."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    out = []
+    for name in names:
+        start = time.perf_counter()
+        conn.request("POST", f"/topic/delete?topic={name}")
+        resp = conn.getresponse()
+        resp.read()
+        out.append((time.perf_counter() - start) * 1e3)
+    return out
 
 
 # --- idle CPU with many channels -----------------------------------------------------------------
