@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import logging
 import os
 import re
@@ -96,8 +97,12 @@ def read_metadata(data_path: str) -> list[dict[str, Any]] | None:
     problem = unmarshal_syntax_error(raw)
     doc = None
     if problem is None:
-        doc = orjson.loads(raw) if raw.strip() != b"null" else {}
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:  # valid to Go: a number past 64 bits, bad UTF-8, ...
+            doc = json.loads(raw.decode("utf-8", "replace"))
         problem = _type_error(doc)
+        doc = doc or {}  # a file holding just null: no topics, as Go decodes it
     if problem is not None:
         raise MetadataDamaged(f"failed to parse metadata in {os.path.normpath(path)} - {problem}")
     return [_entry(t, ("name", "paused", "channels")) for t in _field(doc, "topics") or []]
