@@ -208,3 +208,37 @@ def test_read_only_data_path_fails_with_upstreams_words(tmp_path):
         lines[side] = re.sub(r"\.\d+\.tmp", ".N.tmp", line).replace(str(data), "<data>")
     if "upstream" in lines:
         assert lines["nsqpy"] == lines["upstream"]
+
+
+def test_queue_file_names_split_one_way(tmp_path):
+    """What the rebuild reads of a data path: names read from their right end, a topic may
+    itself contain ``.diskqueue.``, and files that are not a queue's data or metadata are
+    left alone (``.bad``, temps, the deferred sidecar, nsqd.dat itself)."""
+    from nsqpy.nsqd.metadata import queues_on_disk
+
+    for name in ["t.diskqueue.meta.dat", "t:c1.diskqueue.000000.dat", "t:c2.diskqueue.meta.dat",
+                 "t:c2.diskqueue.1234567.dat", "x.diskqueue.meta.dat.diskqueue.meta.dat",
+                 "only_channel:c.diskqueue.meta.dat", "t:c3.diskqueue.000001.dat.bad",
+                 "t:c4.diskqueue.meta.dat.12345.tmp", "t:c5.diskqueue.deferred.json",
+                 "nsqd.dat", "nsqd.dat.bad", "t.diskqueue.meta.dat.bad"]:
+        (tmp_path / name).write_bytes(b"")
+    assert queues_on_disk(str(tmp_path)) == (
+        {"only_channel": ["c"], "t": ["c1", "c2"], "x.diskqueue.meta.dat": []}, [])
+    for stray in ["a:b:c.diskqueue.meta.dat", "e#ephemeral.diskqueue.meta.dat",
+                  "t:c#ephemeral.diskqueue.000000.dat", "sp ace.diskqueue.meta.dat",
+                  f"{'x' * 65}.diskqueue.meta.dat"]:
+        (tmp_path / stray).write_bytes(b"")
+        assert queues_on_disk(str(tmp_path))[1] == [stray]
+        (tmp_path / stray).unlink()
+
+
+def test_nsqd_dat_written_in_pieces_is_the_same_bytes():
+    """The metadata thread encodes topic by topic; the file is what one encode of the whole
+    list gives (upstream's JSON, byte for byte, as tests/interop/test_upstream_datadir.py checks)."""
+    from nsqpy.nsqd.metadata import encode_metadata, join_metadata
+
+    topics = [{"name": "a", "paused": False, "channels": None},
+              {"name": "b", "paused": True, "channels": [{"name": "c", "paused": False}],
+               "config": {"max_attempts": 3}}]
+    assert join_metadata(orjson.dumps(t) for t in topics) == encode_metadata(topics)
+    assert join_metadata([]) == encode_metadata([]) == b'{"topics":[],"version":"1.3.0"}'
