@@ -12,6 +12,11 @@ import sys
 from typing import Any, Awaitable, Callable, Coroutine
 
 
+class Fatal(RuntimeError):
+    """A start-up error whose text is upstream's whole FATAL line (``failed to load metadata -
+    ...``), not a reason to put after ``failed to instantiate <program> -``."""
+
+
 async def wait_for_stop_signal() -> None:
     """Return on the first SIGINT or SIGTERM (NSQ's programs exit gracefully on both)."""
     import asyncio
@@ -46,7 +51,7 @@ async def serve(program: str, logger: logging.Logger, start: Callable[[], Awaita
     try:
         await start()
     except start_errors as err:
-        logger.critical("%s", fatal.format(program=program, err=err))
+        logger.critical("%s", err if isinstance(err, Fatal) else fatal.format(program=program, err=err))
         logger.disabled = True  # upstream exits at its FATAL line: nothing follows it
         await close()
         return 1

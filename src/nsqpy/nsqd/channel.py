@@ -98,8 +98,12 @@ class Channel:
         self.dispatch()
 
     def put_deferred(self, msg: Msg, due: float) -> None:
-        heapq.heappush(self.deferred, (due, next(_seq), msg))
+        self._defer(due, msg)
         self.message_count += 1
+
+    def _defer(self, due: float, msg: Msg) -> None:
+        heapq.heappush(self.deferred, (due, next(_seq), msg))
+        self.nsqd.busy_channels.add(self)  # nsqd's scan releases it when due
 
     def _enqueue(self, msgs: list[Msg]) -> None:
         mem = self.mem
@@ -151,8 +155,7 @@ class Channel:
                 for msg in got:
                     due_ns = restored.pop(msg[0], 0)
                     if due_ns > now_ns:  # deferred before the restart: wait out the rest
-                        heapq.heappush(self.deferred,
-                                       (_monotonic() + (due_ns - now_ns) / 1e9, next(_seq), msg))
+                        self._defer(_monotonic() + (due_ns - now_ns) / 1e9, msg)
                         continue
                     out.append(msg)
         return out if took else None
@@ -283,7 +286,7 @@ class Channel:
         if delay <= 0:
             self.requeue([msg])
         else:
-            heapq.heappush(self.deferred, (_monotonic() + delay, next(_seq), msg))
+            self._defer(_monotonic() + delay, msg)
 
     def finish_entries(self, entries: list[tuple]) -> None:
         """In-flight entries finished away from any connection (a lease's group FIN): what a
@@ -359,6 +362,7 @@ class Channel:
 
     def add_client(self, client: Consumer) -> None:
         self.clients.append(client)
+        self.nsqd.busy_channels.add(self)  # its in-flight messages time out in nsqd's scan
 
     def remove_client(self, client: Consumer) -> None:
         """A consumer left; like upstream, its in-flight messages stay until they time out."""
@@ -373,6 +377,7 @@ class Channel:
             else:
                 self.orphans.append(client.in_flight)
             client.in_flight = {}
+            self.nsqd.busy_channels.add(self)
         if self.ephemeral and not self.clients and not self.exiting:
             self.topic.delete_channel(self.name)
 

@@ -139,12 +139,16 @@ class DiskQueue:
         "_rfd", "_rbuf", "_roff", "_rbase", "_rlimit",
         "_wfd", "_wdirty", "_count", "_needs_sync", "_pending", "_dir_dirty",
         "_last_sync", "_closed", "_prefix", "_meta_path",
-        "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error",
+        "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error", "watch",
+        "_left_data", "_left_bad",
     )
 
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
                  max_msg_size: int, sync_every: int, sync_timeout: float,
-                 logger: logging.Logger) -> None:
+                 logger: logging.Logger, files: list[str] | None = None) -> None:
+        """``files``: the names in ``data_path`` that may be this queue's, when the caller
+        already listed the directory (nsqd does, once, at start: a create then costs the same
+        with 10 or 50,000 queues beside it); None lists the directory."""
         self.name = name
         self.data_path = data_path
         self.max_bytes_per_file = max_bytes_per_file
@@ -184,8 +188,15 @@ class DiskQueue:
         self._meta_written = 0
         self._bg_busy = False
         self._bg_error: OSError | None = None
+        #: a set this queue adds itself to whenever it is read or written (nsqd's sync tick
+        #: visits only those, and drops a queue once :attr:`idle`)
+        self.watch: set | None = None
+        # files of this queue outside its live range (read..write file): found at start, or
+        # renamed .bad since; emptying and deleting remove them without listing the directory
+        self._left_data: set[str] = set()
+        self._left_bad: set[str] = set()
 
-        self._load()
+        self._load(files)
         if self._needs_sync:
             self._sync_quiet()
 
@@ -194,6 +205,17 @@ class DiskQueue:
     @property
     def read_pos(self) -> int:
         return self._rbase + self._roff
+
+    @property
+    def idle(self) -> bool:
+        """Nothing for :meth:`tick` to do until the queue is next read or written."""
+        return self._closed or not (self._count or self._needs_sync or self._pending
+                                    or self._bg_busy or self._bg_error is not None)
+
+    def _touched(self) -> None:
+        watch = self.watch
+        if watch is not None:
+            watch.add(self)
 
     def put(self, data: bytes) -> None:
         """Append one record. Raises OSError when the disk fails (nothing is counted then) and
@@ -204,6 +226,7 @@ class DiskQueue:
                              f"maxMsgSize={self.max_msg_size}")
         if self._closed:
             raise OSError(errno.EBADF, f"DISKQUEUE({self.name}) is closed")
+        self._touched()
         pos = self.write_pos
         if pos and pos + 4 + n > self.max_bytes_per_file:
             self._put_across_files((data,))
@@ -238,6 +261,7 @@ class DiskQueue:
                              f"maxMsgSize={self.max_msg_size}")
         if self._closed:
             raise OSError(errno.EBADF, f"DISKQUEUE({self.name}) is closed")
+        self._touched()
         pos = self.write_pos
         total = sum(lens) + 4 * k
         if pos + total > self.max_bytes_per_file and (pos or k > 1):
@@ -268,6 +292,7 @@ class DiskQueue:
             end = off + 4 + size
             if end <= len(buf) and self.min_msg_size <= size <= self.max_msg_size:
                 self._roff = end
+                self._touched()
                 self._consumed(1)
                 return buf[off + 4:end]
         got = self.get_many(1)
@@ -295,6 +320,7 @@ class DiskQueue:
         out: list = []
         if limit <= 0 or self._closed:
             return out
+        self._touched()
         append = out.append
         lo = self.min_msg_size
         hi = self.max_msg_size
@@ -390,6 +416,7 @@ class DiskQueue:
         """Drop everything: delete all data files and the metadata, continue at the next file
         number (upstream). Raises the first OSError met after completing the reset."""
         self.logger.info("DISKQUEUE(%s): emptying", self.name)
+        self._touched()
         with self._meta_lock:  # a background sync still running must not rewrite the metadata
             self._meta_gen += 1
             self._meta_written = self._meta_gen
@@ -460,15 +487,17 @@ class DiskQueue:
     def meta_file_name(self) -> str:
         return self._meta_path
 
-    def _list_files(self) -> tuple[dict[int, str], list[str], list[str]]:
-        """This queue's data files by number, its ``.bad`` files and stray metadata temps."""
+    def _list_files(self, names: list[str] | None = None) -> tuple[dict[int, str], list[str], list[str]]:
+        """This queue's data files by number, its ``.bad`` files and stray metadata temps
+        (among ``names`` when given, else in a listing of the directory)."""
         data: dict[int, str] = {}
         bad: list[str] = []
         tmps: list[str] = []
         prefix = self._prefix
         meta_base = os.path.basename(self._meta_path)
         try:
-            names = os.listdir(self.data_path)
+            if names is None:
+                names = os.listdir(self.data_path)
         except OSError as e:
             self.logger.error("DISKQUEUE(%s) cannot list %s - %s", self.name, self.data_path, e)
             return data, bad, tmps
@@ -506,6 +535,7 @@ class DiskQueue:
                     self.logger.error("DISKQUEUE(%s) unexpected data in new write file %s, "
                                       "saving it as %s.bad", self.name, path, path)
                     os.replace(path, path + ".bad")
+                    self._left_bad.add(path + ".bad")
             except FileNotFoundError:
                 pass
             self._dir_dirty = True
@@ -749,6 +779,7 @@ class DiskQueue:
                             self.name, path)
         try:
             os.replace(path, path + ".bad")
+            self._left_bad.add(path + ".bad")
         except OSError as e:
             self.logger.error("DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s.bad "
                               "- %s", self.name, path, path, e)
@@ -894,8 +925,10 @@ class DiskQueue:
 
     # --- startup --------------------------------------------------------------------------------
 
-    def _load(self) -> None:
-        data, _bad, tmps = self._list_files()
+    def _load(self, files: list[str] | None) -> None:
+        data, bad, tmps = self._list_files(files)
+        self._left_data.update(data.values())
+        self._left_bad.update(bad)
         for tmp in tmps:  # left by a crash between creating and renaming a metadata temp
             try:
                 os.unlink(tmp)
@@ -932,6 +965,7 @@ class DiskQueue:
                               self.name, problem, self._meta_path)
             try:
                 os.replace(self._meta_path, self._meta_path + ".bad")
+                self._left_bad.add(self._meta_path + ".bad")
             except OSError as e:
                 self.logger.error("DISKQUEUE(%s) failed to rename metadata - %s", self.name, e)
             self._rebuild(data)
@@ -1048,19 +1082,26 @@ class DiskQueue:
         self._close_write()
 
     def _remove_all(self, bad_too: bool) -> OSError | None:
+        """Remove the data files (the live range by number, as upstream, and any found at start
+        or renamed since), with ``bad_too`` the ``.bad`` files as well. No directory listing:
+        emptying or deleting a queue costs the same beside 10 or 50,000 others."""
         self._close_fds()
-        data, bad, tmps = self._list_files()
-        paths = list(data.values()) + (bad + tmps if bad_too else [])
+        paths = {self.file_name(n) for n in range(self.read_file_num, self.write_file_num + 1)}
+        paths |= self._left_data
+        self._left_data = set()
+        if bad_too:
+            paths |= self._left_bad
+            self._left_bad = set()
         err = None
-        for path in paths:
+        for path in sorted(paths):
             try:
                 os.unlink(path)
             except FileNotFoundError:
-                pass
+                continue
             except OSError as e:
                 self.logger.error("DISKQUEUE(%s) failed to remove data file - %s", self.name, e)
                 err = err or e
-        if paths:
+                continue
             self._dir_dirty = True
         return err
 
@@ -1071,6 +1112,8 @@ class DummyQueue:
     __slots__ = ("name",)
 
     depth = 0
+    idle = True
+    watch = None
 
     def __init__(self, name: str = "", *args: object, **kwargs: object) -> None:
         self.name = name

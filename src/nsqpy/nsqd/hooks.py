@@ -73,6 +73,9 @@ class Host(Protocol):
     replicator: "Replication | None"
     leases: Any  # nsqd.leases.registry.Leases with --leases, else None
     holding_delivery: bool
+    #: channels with consumers, orphaned or deferred messages: what nsqd's 100 ms scan visits
+    #: (a channel adds itself when it gets such work; the scan drops it once it has none)
+    busy_channels: set[Any]
 
     def make_backend(self, name: str, ephemeral: bool) -> Any: ...
 

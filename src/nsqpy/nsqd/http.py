@@ -302,15 +302,12 @@ class NsqdHTTP:
             raise ApiError(404, "CHANNEL_NOT_FOUND")
         return channel
 
-    def persist_metadata(self) -> None:
-        """Pause state is persisted at once so a crash cannot silently undo it."""
-        persist = getattr(self.nsqd, "persist_metadata", None)
-        if persist is None:
-            return
-        try:
-            persist()
-        except Exception as err:  # upstream ignores the result: the pause itself succeeded
-            self.logger.error("failed to persist metadata - %s", err)
+    def after_persist(self, response: Response) -> Any:
+        """``response`` once nsqd.dat holds the change just made, so a crash cannot silently
+        undo an acknowledged pause (upstream persists before answering too). The write runs
+        off the event loop; a failure is logged and the answer still goes out, as upstream's."""
+        persisted = getattr(self.nsqd, "persisted", None)
+        return response if persisted is None else _after(persisted(), response)
 
     # --- publishing -------------------------------------------------------------------------------
 
@@ -453,8 +450,7 @@ class NsqdHTTP:
             topic.unpause()
         else:
             topic.pause()
-        self.persist_metadata()
-        return EMPTY
+        return self.after_persist(EMPTY)
 
     def channel_create(self, request: Request) -> Any:
         topic, channel_name = self.topic_and_channel(request)
@@ -484,8 +480,7 @@ class NsqdHTTP:
             channel.unpause()
         else:
             channel.pause()
-        self.persist_metadata()
-        return EMPTY
+        return self.after_persist(EMPTY)
 
     def stats(self, request: Request) -> Response:
         query = self.query(request, reads_body=True)

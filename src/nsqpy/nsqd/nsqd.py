@@ -14,9 +14,12 @@ import logging
 import os
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
+
+import orjson
 
 from .. import NSQ_COMPAT_VERSION
+from ..common.daemon import Fatal
 from ..protocol.commands import Limits
 from ..protocol.message import MESSAGE_HEADER_SIZE, IdFactory
 from ..protocol.names import is_ephemeral, is_valid_name
@@ -24,8 +27,8 @@ from .diskqueue import DiskQueue, DummyQueue
 from .hooks import Lifecycle, Replication, RouteProvider, Upstream
 from .lookup import LookupdPeers
 from .metadata import (
-    METADATA_FILE, DataPathLock, atomic_write, encode_metadata, read_metadata, take_deferred_sidecar,
-    write_deferred_sidecar,
+    METADATA_FILE, DataPathLock, GoPathError, MetadataDamaged, MetadataWriter, queues_on_disk,
+    read_metadata, take_deferred_sidecar, write_deferred_sidecar,
 )
 from .options import Options, topology_set
 from .topic import Topic
@@ -36,6 +39,10 @@ if TYPE_CHECKING:
 
 SCAN_INTERVAL = 0.1  # upstream's QueueScanInterval
 BACKEND_TICK_INTERVAL = 0.25
+
+
+def _name(owner: "Channel") -> str:
+    return owner.name
 
 
 class NSQD:
@@ -69,7 +76,15 @@ class NSQD:
         self._lock = DataPathLock(self.data_path)
         self._started = False  # metadata loaded: shutdown persists and flushes
         self._loading = False
-        self._persist_scheduled = False
+        self.metadata = MetadataWriter(os.path.normpath(os.path.join(self.data_path, METADATA_FILE)),
+                                       self._metadata_entries, self.loop, logger)
+        #: channels with consumers, orphaned in-flight messages or deferred ones: the only ones
+        #: the 100 ms scan visits (a channel adds itself; the scan drops it once it has none)
+        self.busy_channels: set["Channel"] = set()
+        #: disk queues read or written since their last sync: the only ones the sync tick visits
+        self.active_backends: set[DiskQueue] = set()
+        #: the data directory's queue files at start, by queue name (see :meth:`make_backend`)
+        self._files_at_start: dict[str, list[str]] | None = None
         # --- hooks (hooks.py): what the server installs for the features the flags ask for ---
         self.lifecycle: Lifecycle = Upstream()
         self.http_routes: list[RouteProvider] = []
@@ -107,8 +122,9 @@ class NSQD:
         if ephemeral:
             return DummyQueue()
         opts = self.options
-        return DiskQueue(
-            name=name.replace("/", "_"),
+        name = name.replace("/", "_")
+        queue = DiskQueue(
+            name=name,
             data_path=self.data_path,
             max_bytes_per_file=opts.max_bytes_per_file,
             min_msg_size=MESSAGE_HEADER_SIZE,
@@ -116,7 +132,29 @@ class NSQD:
             sync_every=opts.sync_every,
             sync_timeout=opts.sync_timeout,
             logger=self.logger,
+            files=self._leftover_files(name),
         )
+        queue.watch = self.active_backends  # it adds itself when read or written
+        if not queue.idle:
+            self.active_backends.add(queue)
+        return queue
+
+    def _leftover_files(self, queue_name: str) -> list[str]:
+        """The files a new queue may find of its own: only those already there at start (a
+        queue deleted since removed its files, and no other writes them). The directory is
+        listed once, not once per queue: with thousands of queues that listing was most of what
+        a create cost."""
+        if self._files_at_start is None:
+            self._files_at_start = {}
+            try:
+                names = os.listdir(self.data_path)
+            except OSError:
+                names = []
+            for fn in names:
+                cut = fn.rfind(".diskqueue.")
+                if cut > 0:
+                    self._files_at_start.setdefault(fn[:cut], []).append(fn)
+        return self._files_at_start.pop(queue_name, [])
 
     # --- topics --------------------------------------------------------------------------------
 
@@ -255,32 +293,34 @@ class NSQD:
         self.lookup.set_addresses(addresses)
 
     def _schedule_persist(self, ephemeral: bool) -> None:
-        if ephemeral or self._loading or self._persist_scheduled:
+        if ephemeral or self._loading:
             return
-        self._persist_scheduled = True
-        self.loop.call_soon(self._persist_soon)
+        self.metadata.changed()
 
-    def _persist_soon(self) -> None:
-        self._persist_scheduled = False
-        try:
-            self.persist_metadata()
-        except OSError as err:
-            self.logger.error("failed to persist metadata - %s", err)
+    def persisted(self) -> "asyncio.Future[None]":
+        """Done once nsqd.dat holds every change made so far (a pause is answered then, as
+        upstream answers it after its PersistMetadata); the event loop does not wait for it."""
+        return self.metadata.persisted()
 
     def persist_metadata(self) -> None:
-        """Write nsqd.dat atomically (upstream's JSON; ephemeral topics/channels left out)."""
-        topics = []
-        for topic in sorted(self.topics.values(), key=lambda t: t.name):
-            if topic.ephemeral:
+        """Write nsqd.dat now, on the calling thread (start-up and exit; upstream's JSON,
+        ephemeral topics and channels left out). GoPathError when it cannot be written."""
+        self.metadata.write()
+
+    def _metadata_entries(self) -> Iterator[bytes]:
+        """nsqd.dat's topic entries, encoded one by one, sorted by name. Run by the metadata
+        thread too: each dict is copied in one C call (atomic under the GIL) before it is walked,
+        and a topic deleted meanwhile is skipped, so every change made before the call is in."""
+        topics = self.topics
+        for name in sorted(topics):
+            topic = topics.get(name)
+            if topic is None or topic.ephemeral:
                 continue
             channels = [self._entry({"name": c.name, "paused": c.paused}, c)
-                        for c in sorted(topic.channels.values(), key=lambda c: c.name)
+                        for c in sorted(topic.channels.copy().values(), key=_name)
                         if not c.ephemeral]
-            topics.append(self._entry({"name": topic.name, "paused": topic.paused,
-                                       "channels": channels or None}, topic))
-        path = os.path.normpath(os.path.join(self.data_path, METADATA_FILE))
-        self.logger.info("NSQ: persisting topic/channel metadata to %s", path)
-        atomic_write(path, encode_metadata(topics))
+            yield orjson.dumps(self._entry({"name": topic.name, "paused": topic.paused,
+                                            "channels": channels or None}, topic))
 
     def _entry(self, entry: dict[str, Any], owner: "Topic | Channel") -> dict[str, Any]:
         """An nsqd.dat entry; a feature's settings go under an extra ``"config"`` key, which
@@ -291,38 +331,66 @@ class NSQD:
         return entry
 
     def load_metadata(self) -> None:
-        """Recreate topics and channels (and their pause state) from nsqd.dat."""
+        """Recreate topics and channels (and their pause state) from nsqd.dat; from the disk
+        queues' names when nsqd.dat is damaged (see :meth:`_rebuild_metadata`)."""
         try:
             topics = read_metadata(self.data_path)
-        except ValueError as err:
-            bad = os.path.join(self.data_path, METADATA_FILE)
-            self.logger.error("%s; moving %s aside as .bad", err, bad)
-            os.replace(bad, bad + ".bad")
-            return
+        except MetadataDamaged as err:
+            topics = self._rebuild_metadata(err)
+        except OSError as err:
+            path = os.path.join(self.data_path, METADATA_FILE)
+            raise Fatal(f"failed to load metadata - failed to read metadata from {path} - "
+                        f"{GoPathError('open', path, err)}") from None
         if topics is None:
             return
         self._loading = True
         try:
             for t in topics:
-                name = t.get("name")
-                if not isinstance(name, str) or not is_valid_name(name):
-                    self.logger.warning("skipping creation of invalid topic %r", name)
+                name = t["name"]
+                if not is_valid_name(name):
+                    self.logger.warning("skipping creation of invalid topic %s", name)
                     continue
                 topic = self.get_topic(name)
                 self.lifecycle.restore(topic, t.get("config"))
-                if t.get("paused"):
+                if t["paused"]:
                     topic.pause()
-                for c in t.get("channels") or []:
-                    cname = c.get("name") if isinstance(c, dict) else None
-                    if not isinstance(cname, str) or not is_valid_name(cname):
-                        self.logger.warning("skipping creation of invalid channel %r", cname)
+                for c in t["channels"]:
+                    cname = c["name"]
+                    if not is_valid_name(cname):
+                        self.logger.warning("skipping creation of invalid channel %s", cname)
                         continue
                     channel = topic.get_channel(cname)
                     self.lifecycle.restore(channel, c.get("config"))
-                    if c.get("paused"):
+                    if c["paused"]:
                         channel.pause()
         finally:
             self._loading = False
+
+    def _rebuild_metadata(self, damage: MetadataDamaged) -> list[dict[str, Any]]:
+        """nsqd.dat is damaged (issue #36): rather than start with no topics while their
+        messages wait on disk, rebuild the topics and channels from the disk queues' names,
+        unpaused and with default settings; keep the damaged file as ``nsqd.dat.bad``. Refuse
+        to start, with upstream's FATAL line, when a queue-like file belongs to no valid name."""
+        found, strays = queues_on_disk(self.data_path)
+        if strays:
+            self.logger.error("nsqd.dat is damaged and %s belong to no valid durable topic or "
+                              "channel: not guessing what to restore", ", ".join(strays))
+            raise Fatal(f"failed to load metadata - {damage}")
+        path = os.path.join(self.data_path, METADATA_FILE)
+        try:
+            os.replace(path, path + ".bad")
+        except OSError as err:
+            self.logger.error("cannot keep the damaged nsqd.dat aside - %s",
+                              GoPathError("rename", f"{path} {path}.bad", err))
+            raise Fatal(f"failed to load metadata - {damage}") from None
+        self.logger.error("%s; kept as %s.bad; rebuilding %d topic(s) from the disk queues in %s",
+                          damage, path, len(found), self.data_path)
+        for name, channels in found.items():
+            self.logger.warning("TOPIC(%s): restored from its disk queues with channels [%s]: "
+                                "unpaused, default settings", name, " ".join(channels))
+        return [{"name": name, "paused": False,
+                 "channels": [{"name": c, "paused": False} for c in channels]}
+                for name, channels in found.items()]
 
     # --- clients -------------------------------------------------------------------------------
 
@@ -338,26 +406,35 @@ class NSQD:
     # --- periodic work -------------------------------------------------------------------------
 
     async def _scan_loop(self) -> None:
-        """Requeue timed-out in-flight messages and release due deferred ones (every 100 ms)."""
+        """Requeue timed-out in-flight messages and release due deferred ones (every 100 ms).
+
+        Only channels in :attr:`busy_channels` are visited: those with consumers, orphaned
+        in-flight messages or deferred ones. An idle channel costs nothing here, however many
+        there are; a channel that gets work adds itself, so nothing is found later than when
+        every channel was visited."""
+        busy = self.busy_channels
         while True:
             await asyncio.sleep(SCAN_INTERVAL)
             now = time.monotonic()
-            for topic in list(self.topics.values()):
-                for channel in list(topic.channels.values()):
-                    # orphans too: a closed connection's (or a lease's) messages time out
-                    # whether or not anyone is still subscribed
-                    if channel.deferred or channel.clients or channel.orphans:
-                        channel.scan(now)
+            for channel in list(busy):
+                # orphans too: a closed connection's (or a lease's) messages time out
+                # whether or not anyone is still subscribed
+                if channel.exiting or not (channel.deferred or channel.clients or channel.orphans):
+                    busy.discard(channel)
+                else:
+                    channel.scan(now)
 
     async def _backend_loop(self) -> None:
-        """Lets disk queues fsync at least every ``--sync-timeout`` while active."""
+        """Lets disk queues fsync at least every ``--sync-timeout`` while active: only those
+        read or written since their last sync (:attr:`active_backends`) are visited."""
+        active = self.active_backends
         while True:
             await asyncio.sleep(BACKEND_TICK_INTERVAL)
             now = time.monotonic()
-            for topic in list(self.topics.values()):
-                topic.backend.tick(now)
-                for channel in list(topic.channels.values()):
-                    channel.backend.tick(now)
+            for backend in list(active):
+                backend.tick(now)
+                if backend.idle:
+                    active.discard(backend)
 
     # --- running: the server (server.py) calls these in order around its listeners -------------
 
@@ -383,9 +460,13 @@ class NSQD:
         self._lock.acquire()
 
     def load(self) -> None:
-        """Recreate topics and channels from nsqd.dat, and write it back at once."""
+        """Recreate topics and channels from nsqd.dat, and write it back at once (upstream's
+        FATAL lines when either cannot be done)."""
         self.load_metadata()
-        self.persist_metadata()
+        try:
+            self.persist_metadata()
+        except OSError as err:
+            raise Fatal(f"failed to persist metadata - {err}") from None
         self._started = True
 
     def run(self) -> None:
@@ -398,6 +479,8 @@ class NSQD:
             client.close_connection()
 
     def persist_at_exit(self) -> None:
+        """The final nsqd.dat, complete: written after the metadata thread has stopped."""
+        self.metadata.close()
         if self._started:
             try:
                 self.persist_metadata()

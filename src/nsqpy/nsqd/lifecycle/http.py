@@ -68,7 +68,8 @@ def lifecycle_routes(api: "NsqdHTTP") -> list[Route]:
             update = _read_update(request)
             owner.config = ec.merged(owner.config, update)
             apply(owner)
-            api.persist_metadata()  # at once, so a crash cannot undo an acknowledged change
+            # answered once persisted, so a crash cannot undo an acknowledged change
+            return api.after_persist(v1_json(ec.render(effective(owner))))
         return v1_json(ec.render(effective(owner)))
 
     def topic_config(request: Request) -> Any:
