@@ -58,3 +58,14 @@ def test_records_to_arrow_any_sizes():
             (i.decode(), b, 1, "t", None, "127.0.0.1:4150")
         assert int(row["timestamp"].timestamp() * 1_000_000) == t // 1000
     assert pickle.loads(pickle.dumps(part)) == part
+
+
+def test_time_windows_cover_the_range_once():
+    from nsqpy.client.history import Segment
+    from nsqpy.spark.batch import time_windows
+
+    seg = Segment(3, 1000, 1999, 500, 10)
+    wins = time_windows(seg, EARLIEST, 5000, 4)
+    assert wins == [(EARLIEST, 1250), (1250, 1500), (1500, 1750), (1750, 5000)]
+    assert time_windows(seg, 1600, 1800, 4) == [(1600, 1750), (1750, 1800)]
+    assert time_windows(Segment(1, 7, 7, 1, 1), EARLIEST, 8, 3) == [(EARLIEST, 8)]

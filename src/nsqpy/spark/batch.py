@@ -37,7 +37,7 @@ from .options import CONNECTION_KEYS, Options
 log = logging.getLogger("nsqpy.spark")
 
 BATCH_KEYS = {"topic", "channel", "lookupdHttpAddresses", "nsqdHttpAddresses", "nsqdTcpAddresses",
-              "from", "to", "segmentsPerPartition", "batchBytes", "httpTimeoutMs"}
+              "from", "to", "segmentsPerPartition", "partitionsPerSegment", "batchBytes", "httpTimeoutMs"}
 
 
 def is_batch_read(raw: Any) -> bool:
@@ -55,6 +55,7 @@ class BatchConfig:
     start: Point
     end: Point
     segments_per_partition: int
+    partitions_per_segment: int
     batch_bytes: int
     timeout: float
 
@@ -76,6 +77,7 @@ class BatchConfig:
         return cls(topic=topic, channel=opts.get("channel"), lookupd_http=lookupd, nsqd_http=nsqd_http,
                    start=start, end=end,
                    segments_per_partition=opts.get_int("segmentsPerPartition", 1, 1),
+                   partitions_per_segment=opts.get_int("partitionsPerSegment", 1, 1),
                    batch_bytes=opts.get_int("batchBytes", 8 << 20, 1024),
                    timeout=opts.get_int("httpTimeoutMs", 60000, 100) / 1000.0)
 
@@ -133,6 +135,12 @@ def plan(cfg: BatchConfig) -> list[HistorySlice]:
             raise RuntimeError(f"format('nsq') batch read: cannot reach nsqd {node.http}: {err}") from None
         end = resolve_end(history, cfg.end)
         segs = [s for s in history.segments if s.count > 0]
+        if cfg.partitions_per_segment > 1:
+            for seg in segs:
+                for start, stop in time_windows(seg, cfg.start, end, cfg.partitions_per_segment):
+                    slices.append(HistorySlice(node.http, node.tcp, cfg.topic, (seg.segment,), start, stop,
+                                               seg.count // cfg.partitions_per_segment))
+            continue
         step = cfg.segments_per_partition
         for i in range(0, len(segs), step):
             group = segs[i : i + step]
@@ -141,6 +149,19 @@ def plan(cfg: BatchConfig) -> list[HistorySlice]:
     log.info("nsq batch read of %s: %d partitions over %d nsqd", cfg.topic, len(slices),
              len({s.http for s in slices}))
     return slices
+
+
+def time_windows(seg: Any, start: Point, end: int, parts: int) -> list[tuple[Point, int]]:
+    """``[start, end)`` cut into ``parts`` windows at equal steps of the segment's time span: each
+    record of the segment falls in exactly one (the first window starts at ``start``, the last
+    ends at ``end``, whatever order the timestamps are in), so the slices read it once."""
+    lo, hi = seg.first_timestamp, seg.last_timestamp + 1
+    cuts = sorted({lo + (hi - lo) * i // parts for i in range(1, parts)} - {lo})
+    if not isinstance(start, str):
+        cuts = [c for c in cuts if c > start]
+    cuts = [c for c in cuts if c < end]
+    bounds: list[Point] = [start, *cuts]
+    return [(bounds[i], cuts[i] if i < len(cuts) else end) for i in range(len(bounds))]
 
 
 class NsqHistoryReader(DataSourceReader):
