@@ -18,6 +18,7 @@ import heapq
 import itertools
 import time
 from collections import deque
+from typing import Any
 from itertools import repeat, starmap
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
@@ -67,6 +68,8 @@ class Channel:
         self.msg_ttl_ns = 0
         self.max_disk_bytes = 0
         self.requeue_on_disconnect = False
+        # a replay of the topic's history under way (hooks.Feeder), set by history/
+        self.feeder: Any = None
         nsqd.lifecycle.channel_created(self)
 
     # --- depth ---------------------------------------------------------------------------------
@@ -87,6 +90,10 @@ class Channel:
         Delivery runs later in the same loop turn, not inline: the publisher's OK goes out
         first (so its next batch is on its way while we deliver), and the publishes of one
         turn are delivered together."""
+        if self.feeder is not None:
+            msgs = self.feeder.admit(msgs)
+            if not msgs:
+                return
         self._enqueue(msgs)
         self.message_count += len(msgs)
         if not self._dispatch_scheduled:
@@ -98,6 +105,8 @@ class Channel:
         self.dispatch()
 
     def put_deferred(self, msg: Msg, due: float) -> None:
+        if self.feeder is not None and not self.feeder.admit([msg]):
+            return
         heapq.heappush(self.deferred, (due, next(_seq), msg))
         self.message_count += 1
 
@@ -155,6 +164,10 @@ class Channel:
                                        (_monotonic() + (due_ns - now_ns) / 1e9, next(_seq), msg))
                         continue
                     out.append(msg)
+        if len(out) < n and self.feeder is not None:
+            fed = self.feeder.take(n - len(out))
+            took += len(fed)
+            out += fed
         return out if took else None
 
     def dispatch(self) -> None:
@@ -163,7 +176,7 @@ class Channel:
         n = len(clients)
         if not n or self.paused or self.exiting or self.nsqd.holding_delivery:
             return
-        if not self.mem and not self.backend.depth:
+        if not self.mem and not self.backend.depth and self.feeder is None:
             return
         start = self._rr % n
         self._rr = start + 1
@@ -387,6 +400,8 @@ class Channel:
 
     def empty(self) -> None:
         """Drop queued, deferred and in-flight messages; consumers stay connected."""
+        if self.feeder is not None:  # a replay under way stops too
+            self.feeder.close()
         self.mem.clear()
         self.deferred.clear()
         self._clear_orphans()
@@ -400,6 +415,8 @@ class Channel:
     def close(self, flush: bool) -> None:
         """Stop the channel; with ``flush``, persist memory, in-flight and deferred messages."""
         self.exiting = True
+        if self.feeder is not None:
+            self.feeder.close()
         for client in list(self.clients):
             client.close_connection()
         if flush and not self.ephemeral:
@@ -442,6 +459,8 @@ class Channel:
     def delete(self) -> None:
         self.nsqd.logger.info("CHANNEL(%s): deleting", self.name)
         self.exiting = True
+        if self.feeder is not None:
+            self.feeder.close()
         for client in list(self.clients):
             client.in_flight.clear()
             client.close_connection()

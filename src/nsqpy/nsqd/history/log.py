@@ -1,0 +1,518 @@
+"""A topic's retained log: append-only segment files in ``<data_path>/<topic>.history/``.
+
+Layout (docs/history.md §2)
+    ``<20-digit segment id>.seg``  blocks, one per publish command (PUB, MPUB, DPUB, HTTP):
+    ``[u32 length][u32 crc32]`` then ``length`` bytes of records, each
+    ``[u32 body length][i64 timestamp ns][u32 DPUB delay ms][16-byte id][body]``.
+    ``<id>.idx``  a sealed segment's summary and sparse index (JSON, rebuilt from the segment when
+    missing or stale: it is never needed for correctness).
+
+Why blocks: one ``pwritev`` and one CRC per publish command, not per message, and a torn tail
+(a crash in the middle of a write, a power loss) is found at the first block whose length or
+CRC does not hold; everything before it is intact and everything from it on is cut.
+
+Memory stays flat whatever the log holds: per segment a few integers and a sparse index of
+(offset, greatest timestamp before it) every :data:`SPARSE_STEP` bytes; records are read from
+the files a chunk at a time (:class:`Cursor`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import struct
+import time
+import zlib
+from array import array
+from concurrent.futures import Executor
+from typing import Iterator
+
+BLOCK = struct.Struct(">II")  # length of the records that follow, their crc32
+RECORD = struct.Struct(">IqI16s")  # body length, timestamp ns, DPUB delay ms, id; then the body
+SEGMENT_BYTES = 64 << 20  # a segment rolls past this (smaller with a small --retention-bytes)
+MIN_SEGMENT_BYTES = 4096
+SPARSE_STEP = 256 << 10
+CHUNK = 1 << 20  # reads go a chunk at a time
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+class Segment:
+    """One segment file's summary; ``sparse_off[i]`` is a block start, ``sparse_max[i]`` the
+    greatest timestamp of the records before it (so a seek to ``ts`` starts at the last entry
+    whose ``sparse_max`` is below ``ts`` and skips nothing it should return)."""
+
+    __slots__ = ("sid", "size", "count", "first_ts", "last_ts", "min_ts", "max_ts",
+                 "sparse_off", "sparse_max", "next_mark")
+
+    def __init__(self, sid: int) -> None:
+        self.sid = sid
+        self.size = 0
+        self.count = 0
+        self.first_ts = self.last_ts = self.min_ts = self.max_ts = 0
+        self.sparse_off = array("q")
+        self.sparse_max = array("q")
+        self.next_mark = 0
+
+    def add_block(self, offset: int, size: int, n: int, lo: int, hi: int, first: int, last: int) -> None:
+        if offset >= self.next_mark:
+            self.sparse_off.append(offset)
+            self.sparse_max.append(self.max_ts if self.count else -1)
+            self.next_mark = offset + SPARSE_STEP
+        if not self.count:
+            self.first_ts, self.min_ts, self.max_ts = first, lo, hi
+        else:
+            self.min_ts = min(self.min_ts, lo)
+            self.max_ts = max(self.max_ts, hi)
+        self.last_ts = last
+        self.count += n
+        self.size = offset + size
+
+    def seek(self, ts: int) -> int:
+        """The offset of the block to start reading at for records with timestamp >= ts."""
+        i = bisect.bisect_left(self.sparse_max, ts) - 1
+        return self.sparse_off[i] if i >= 0 else 0
+
+    def summary(self) -> dict[str, int]:
+        return {"segment": self.sid, "first_timestamp": self.first_ts,
+                "last_timestamp": self.last_ts, "count": self.count, "bytes": self.size}
+
+    def to_json(self) -> bytes:
+        return json.dumps({"size": self.size, "count": self.count, "first": self.first_ts,
+                           "last": self.last_ts, "min": self.min_ts, "max": self.max_ts,
+                           "off": list(self.sparse_off), "pmax": list(self.sparse_max)}).encode()
+
+    @classmethod
+    def from_json(cls, sid: int, raw: bytes, file_size: int) -> "Segment | None":
+        try:
+            d = json.loads(raw)
+            if d["size"] != file_size:
+                return None
+            seg = cls(sid)
+            seg.size, seg.count = d["size"], d["count"]
+            seg.first_ts, seg.last_ts, seg.min_ts, seg.max_ts = d["first"], d["last"], d["min"], d["max"]
+            seg.sparse_off, seg.sparse_max = array("q", d["off"]), array("q", d["pmax"])
+            seg.next_mark = (seg.sparse_off[-1] + SPARSE_STEP) if seg.sparse_off else 0
+            return seg
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def parse_block(data: bytes, out: list) -> None:
+    """Append the records of one block's payload to ``out`` as ``(id, body, ts, delay_ms)``."""
+    pos, end = 0, len(data)
+    unpack = RECORD.unpack_from
+    while pos < end:
+        blen, ts, delay, mid = unpack(data, pos)
+        start = pos + 32
+        pos = start + blen
+        out.append((mid, data[start:pos], ts, delay))
+
+
+def _block_stats(data: bytes) -> tuple[int, int, int, int, int] | None:
+    """``(count, min ts, max ts, first ts, last ts)`` of a block's payload; None when its
+    records do not fill it exactly (a torn or corrupt block)."""
+    pos, end, n = 0, len(data), 0
+    lo, hi, first, last = 1 << 63, -(1 << 63), 0, 0
+    unpack = RECORD.unpack_from
+    while pos < end:
+        if pos + 32 > end:
+            return None
+        blen, ts, _delay, _mid = unpack(data, pos)
+        pos += 32 + blen
+        if pos > end:
+            return None
+        if not n:
+            first = ts
+        last = ts
+        lo, hi = min(lo, ts), max(hi, ts)
+        n += 1
+    return (n, lo, hi, first, last) if n else None
+
+
+def scan_segment(path: str, sid: int, logger: logging.Logger) -> Segment:
+    """Rebuild a segment's summary by reading it; a torn or corrupt tail is cut off."""
+    seg = Segment(sid)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        file_size = os.fstat(fd).st_size
+        pos = 0
+        while pos < file_size:
+            head = os.pread(fd, BLOCK.size, pos)
+            if len(head) < BLOCK.size:
+                break
+            length, crc = BLOCK.unpack(head)
+            if length == 0 or pos + BLOCK.size + length > file_size:
+                break
+            data = os.pread(fd, length, pos + BLOCK.size)
+            if len(data) != length or zlib.crc32(data) != crc:
+                break
+            st = _block_stats(data)
+            if st is None:
+                break
+            seg.add_block(pos, BLOCK.size + length, st[0], st[1], st[2], st[3], st[4])
+            pos += BLOCK.size + length
+        if pos < file_size:
+            logger.warning("HISTORY: %s: cutting a torn tail of %d bytes at offset %d",
+                           path, file_size - pos, pos)
+            os.ftruncate(fd, pos)
+            _fdatasync(fd)
+        seg.size = pos
+    finally:
+        os.close(fd)
+    return seg
+
+
+class Log:
+    """The retained log of one topic (``topic.history``, the core's ``hooks.History``)."""
+
+    def __init__(self, data_path: str, topic_name: str, retention_ns: int, retention_bytes: int,
+                 sync_every: int, sync_timeout: float, logger: logging.Logger,
+                 executor: Executor) -> None:
+        self.dir = os.path.join(data_path, f"{topic_name}.history")
+        self.topic_name = topic_name
+        self.logger = logger
+        self.executor = executor
+        self.sync_every = max(1, sync_every)
+        self.sync_timeout = sync_timeout
+        self.retention_ns = self.retention_bytes = 0
+        self.segment_bytes = SEGMENT_BYTES
+        self.configure(retention_ns, retention_bytes)
+        self.segments: list[Segment] = []
+        self.fd = -1  # the last segment's, opened on the first append
+        self.unsynced = 0
+        self.last_sync = time.monotonic()
+        self.closed = False
+        os.makedirs(self.dir, exist_ok=True)
+        self._load()
+
+    def configure(self, retention_ns: int, retention_bytes: int) -> None:
+        self.retention_ns, self.retention_bytes = retention_ns, retention_bytes
+        seg = SEGMENT_BYTES
+        if retention_bytes:  # dropping whole segments stays within an eighth of the cap
+            seg = max(MIN_SEGMENT_BYTES, min(seg, retention_bytes // 8))
+        self.segment_bytes = seg
+
+    # --- files ---------------------------------------------------------------------------------
+
+    def path(self, sid: int, ext: str = "seg") -> str:
+        return os.path.join(self.dir, f"{sid:020d}.{ext}")
+
+    def _load(self) -> None:
+        ids = sorted(int(n[:-4]) for n in os.listdir(self.dir)
+                     if n.endswith(".seg") and n[:-4].isdigit())
+        for i, sid in enumerate(ids):
+            path = self.path(sid)
+            seg = None
+            if i < len(ids) - 1:
+                try:
+                    with open(self.path(sid, "idx"), "rb") as f:
+                        seg = Segment.from_json(sid, f.read(), os.path.getsize(path))
+                except OSError:
+                    seg = None
+            if seg is None:
+                seg = scan_segment(path, sid, self.logger)
+            self.segments.append(seg)
+        if not self.segments:
+            self.segments.append(Segment(1))
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    def _open_active(self) -> None:
+        seg = self.active
+        self.fd = os.open(self.path(seg.sid), os.O_WRONLY | os.O_CREAT, 0o644)
+        if seg.size == 0:  # a new file: its name must survive a crash with the data
+            self._sync_dir()
+
+    def _roll(self) -> None:
+        """Seal the active segment (its summary beside it) and start the next one."""
+        seg = self.active
+        if self.fd >= 0:
+            if self.unsynced:
+                self._sync(background=self.sync_every > 1)
+            os.close(self.fd)
+            self.fd = -1
+        if seg.count:
+            try:
+                tmp = self.path(seg.sid, "idx.tmp")
+                with open(tmp, "wb") as f:
+                    f.write(seg.to_json())
+                os.replace(tmp, self.path(seg.sid, "idx"))
+            except OSError as err:  # only a cache: the segment is scanned at the next start
+                self.logger.warning("HISTORY(%s): failed to write segment index - %s",
+                                    self.topic_name, err)
+        self.segments.append(Segment(seg.sid + 1))
+
+    def _sync(self, background: bool) -> None:
+        self.unsynced = 0
+        self.last_sync = time.monotonic()
+        if not background:
+            _fdatasync(self.fd)
+            return
+        fd = os.dup(self.fd)
+
+        def sync() -> None:
+            try:
+                _fdatasync(fd)
+            except OSError as err:
+                self.logger.error("HISTORY(%s): fsync failed - %s", self.topic_name, err)
+            finally:
+                os.close(fd)
+
+        self.executor.submit(sync)
+
+    def _sync_dir(self) -> None:
+        def sync() -> None:
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        if self.sync_every <= 1:
+            sync()
+        else:
+            self.executor.submit(sync)
+
+    # --- appending (hooks.History) -------------------------------------------------------------
+
+    def append(self, msgs: list[tuple], delay_ms: int = 0) -> None:
+        """One block for one publish command; raises OSError (the publish is refused) and then
+        leaves the log exactly as it was. With ``--sync-every=1`` the block is on disk when
+        this returns, before the publisher's OK."""
+        pack = RECORD.pack
+        parts = []
+        for mid, body, ts, _attempts in msgs:
+            parts.append(pack(len(body), ts, delay_ms, mid))
+            parts.append(body)
+        data = b"".join(parts)
+        head = BLOCK.pack(len(data), zlib.crc32(data))
+        size = BLOCK.size + len(data)
+        first, last = msgs[0][2], msgs[-1][2]
+        seg = self.active
+        if seg.size and (seg.size + size > self.segment_bytes or (
+                self.retention_ns and first - seg.first_ts > self.retention_ns // 8)):
+            self._roll()
+            seg = self.active
+        if self.fd < 0:
+            self._open_active()
+        offset = seg.size
+        try:
+            written = os.pwritev(self.fd, [head, data], offset)
+            while written < size:  # a short write: the rest, or the error that cut it
+                whole = head + data
+                written += os.pwrite(self.fd, whole[written:], offset + written)
+            if self.sync_every <= 1:
+                self._sync(background=False)
+        except OSError:
+            try:  # nothing of a refused publish stays behind
+                os.ftruncate(self.fd, offset)
+            except OSError:
+                pass
+            raise
+        if len(msgs) == 1:
+            lo = hi = first
+        else:
+            ts_all = [m[2] for m in msgs]
+            lo, hi = min(ts_all), max(ts_all)
+        seg.add_block(offset, size, len(msgs), lo, hi, first, last)
+        if self.sync_every > 1:
+            self.unsynced += len(msgs)
+            if self.unsynced >= self.sync_every:
+                self._sync(background=True)
+        if self.retention_bytes and self.total_bytes() > self.retention_bytes:
+            self.expire(time.time_ns())
+
+    # --- expiry --------------------------------------------------------------------------------
+
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def expire(self, now_ns: int) -> int:
+        """Drop whole segments, oldest first: those entirely older than the retention time, then
+        while the log holds more than the byte cap. Returns how many were dropped."""
+        dropped = []
+        segs = self.segments
+        if self.retention_ns:
+            cutoff = now_ns - self.retention_ns
+            while segs and (segs[0].count or len(segs) > 1) and segs[0].max_ts < cutoff:
+                dropped.append(self._drop_first())
+        if self.retention_bytes:
+            total = self.total_bytes()
+            while total > self.retention_bytes and segs[0].size:
+                total -= segs[0].size
+                dropped.append(self._drop_first())
+        if dropped:
+            self.executor.submit(self._unlink, dropped)
+        return len(dropped)
+
+    def _drop_first(self) -> int:
+        seg = self.segments[0]
+        if len(self.segments) == 1:  # the active one goes too: writing moves to a new segment
+            self._roll()
+        self.segments.pop(0)
+        return seg.sid
+
+    def _unlink(self, sids: list[int]) -> None:
+        for sid in sids:
+            for ext in ("seg", "idx"):
+                try:
+                    os.unlink(self.path(sid, ext))
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    self.logger.error("HISTORY(%s): failed to remove segment %d - %s",
+                                      self.topic_name, sid, err)
+
+    def tick(self, now: float) -> None:
+        """Periodic: fsync what waits longer than --sync-timeout, then expire."""
+        if self.unsynced and self.fd >= 0 and now - self.last_sync >= self.sync_timeout:
+            self._sync(background=True)
+        if self.retention_ns:
+            self.expire(time.time_ns())
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def oldest(self) -> int:
+        return min((s.min_ts for s in self.segments if s.count), default=0)
+
+    def newest(self) -> int:
+        return max((s.max_ts for s in self.segments if s.count), default=0)
+
+    def messages(self) -> int:
+        return sum(s.count for s in self.segments)
+
+    def end(self) -> tuple[int, int]:
+        """The position after the last record now."""
+        return self.active.sid, self.active.size
+
+    def position(self, ts: int) -> tuple[int, int]:
+        """Where records with timestamp >= ``ts`` start (negative: the beginning)."""
+        for seg in self.segments:
+            if seg.count and seg.max_ts >= ts:
+                return seg.sid, seg.seek(ts)
+        return self.end()
+
+    def segment(self, sid: int) -> Segment | None:
+        for seg in self.segments:
+            if seg.sid == sid:
+                return seg
+        return None
+
+    def stats(self) -> dict[str, int]:
+        """The ``history`` key of the topic in /stats (the contract's shape)."""
+        return {"messages": self.messages(), "bytes": self.total_bytes(),
+                "segments": len(self.segments), "oldest_timestamp": self.oldest(),
+                "retention_ns": self.retention_ns, "retention_bytes": self.retention_bytes}
+
+    # --- closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.fd >= 0:
+            try:
+                _fdatasync(self.fd)
+            except OSError as err:
+                self.logger.error("HISTORY(%s): fsync at close failed - %s", self.topic_name, err)
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        """The topic is deleted (or keeps no history any more): its log goes with it."""
+        self.close()
+        sids = [s.sid for s in self.segments]
+        self.segments = [Segment(sids[-1] + 1 if sids else 1)]
+        self._unlink(sids)
+        try:
+            for name in os.listdir(self.dir):
+                os.unlink(os.path.join(self.dir, name))
+            os.rmdir(self.dir)
+        except OSError as err:
+            self.logger.error("HISTORY(%s): failed to remove %s - %s", self.topic_name, self.dir, err)
+
+
+class Cursor:
+    """Reads a log's records in order from a position, a chunk at a time; stops at ``stop``
+    (a position, default: wherever the log ends when :meth:`next` is called)."""
+
+    def __init__(self, log: Log, sid: int, offset: int,
+                 stop: tuple[int, int] | None = None) -> None:
+        self.log = log
+        self.sid, self.offset = sid, offset
+        self.stop = stop
+        self._fd = -1
+        self._fd_sid = -1
+
+    def _segment(self) -> Segment | None:
+        """The segment the cursor is in, moving on past ones dropped meanwhile."""
+        for seg in self.log.segments:
+            if seg.sid >= self.sid:
+                if seg.sid > self.sid:
+                    self.sid, self.offset = seg.sid, 0
+                return seg
+        return None
+
+    def next(self) -> list[tuple] | None:
+        """The next records ``(id, body, ts, delay_ms)``; None at the end."""
+        while True:
+            seg = self._segment()
+            if seg is None:
+                return None
+            end = seg.size
+            stop = self.stop
+            if stop is not None:
+                if self.sid > stop[0] or (self.sid == stop[0] and self.offset >= stop[1]):
+                    return None
+                if self.sid == stop[0]:
+                    end = min(end, stop[1])
+            if self.offset >= end:
+                if seg is self.log.segments[-1] or (stop is not None and self.sid >= stop[0]):
+                    return None
+                self.sid, self.offset = self.sid + 1, 0
+                continue
+            try:
+                fd = self._open(seg.sid)
+            except FileNotFoundError:  # dropped by expiry meanwhile
+                self.sid, self.offset = self.sid + 1, 0
+                continue
+            buf = os.pread(fd, min(CHUNK, end - self.offset), self.offset)
+            out: list[tuple] = []
+            pos = 0
+            while pos + BLOCK.size <= len(buf):
+                length = BLOCK.unpack_from(buf, pos)[0]
+                if pos + BLOCK.size + length > len(buf):
+                    break
+                parse_block(buf[pos + BLOCK.size:pos + BLOCK.size + length], out)
+                pos += BLOCK.size + length
+            if pos == 0:  # one block larger than a chunk
+                length = BLOCK.unpack_from(buf, 0)[0]
+                data = os.pread(fd, length, self.offset + BLOCK.size)
+                parse_block(data, out)
+                pos = BLOCK.size + length
+            self.offset += pos
+            return out
+
+    def _open(self, sid: int) -> int:
+        if self._fd_sid != sid:
+            self.close()
+            self._fd = os.open(self.log.path(sid), os.O_RDONLY)
+            self._fd_sid = sid
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._fd_sid = -1, -1
+
+    def __iter__(self) -> Iterator[list[tuple]]:
+        while True:
+            got = self.next()
+            if got is None:
+                self.close()
+                return
+            yield got

@@ -1,0 +1,104 @@
+"""Channels that start in the past: a channel's replay of its topic's log (``channel.feeder``,
+the core's ``hooks.Feeder``; docs/history.md §4).
+
+The replay hands the channel retained messages only as the channel drains (``take`` is asked
+for as many as its consumers have room for), a chunk of the log at a time, so a rewind of
+millions of messages holds one chunk in memory whatever ``--mem-queue-size`` is. Until it has
+caught up with the end of the log, live messages at or after its first replayed timestamp are
+not queued on the channel (``admit``): they are in the log already, behind the replay, and
+would otherwise arrive twice. Once caught up the channel is an ordinary live channel again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections import deque
+from typing import Any
+
+from .log import Cursor, Log
+
+_time_ns = time.time_ns
+_seq = itertools.count()
+
+
+class Replay:
+    def __init__(self, channel: Any, log: Log, start_ts: int) -> None:
+        self.channel = channel
+        self.start_ts = start_ts
+        self.cursor = Cursor(log, *log.position(start_ts))
+        self.pending: deque[tuple] = deque()
+        self.caught_up = not self._fill()
+        # every live message from here on is in the log at or after the first replayed one
+        self.threshold = self.pending[0][2] if self.pending else _time_ns()
+        self.replayed = 0
+
+    def _fill(self) -> bool:
+        while True:
+            recs = self.cursor.next()
+            if recs is None:
+                return False
+            start = self.start_ts
+            if recs[0][2] < start or recs[-1][2] < start:
+                recs = [r for r in recs if r[2] >= start]
+            if recs:
+                self.pending.extend(recs)
+                return True
+
+    def admit(self, msgs: list[tuple]) -> list[tuple]:
+        """Of live messages reaching the channel, those the replay does not deliver itself."""
+        threshold = self.threshold
+        if msgs[0][2] >= threshold and msgs[-1][2] >= threshold:
+            return []
+        return [m for m in msgs if m[2] < threshold]
+
+    def take(self, n: int) -> list[tuple]:
+        """Up to ``n`` retained messages as queued messages (attempts start over); DPUB records
+        still in their delay go to the channel's deferred heap for the rest of it. Once the log
+        has nothing more, the channel goes back to live delivery."""
+        out: list[tuple] = []
+        pending = self.pending
+        now = _time_ns()
+        channel = self.channel
+        while len(out) < n:
+            if not pending and (self.caught_up or not self._fill()):
+                self.finish()
+                break
+            mid, body, ts, delay = pending.popleft()
+            if delay and ts + delay * 1_000_000 > now:
+                due = time.monotonic() + (ts + delay * 1_000_000 - now) / 1e9
+                heapq.heappush(channel.deferred, (due, next(_seq), (mid, body, ts, 0)))
+                channel.message_count += 1
+                continue
+            out.append((mid, body, ts, 0))
+        channel.message_count += len(out)
+        self.replayed += len(out)
+        return out
+
+    def finish(self) -> None:
+        self.cursor.close()
+        self.pending.clear()
+        if self.channel.feeder is self:
+            self.channel.feeder = None
+
+    close = finish
+
+
+def start_replay(channel: Any, log: Log, start_ts: int) -> Replay:
+    """Point ``channel`` at ``start_ts``: what it had queued (memory, disk, deferred) is
+    replaced by the log from there on; messages in flight stay with their consumers."""
+    if channel.feeder is not None:
+        channel.feeder.close()
+    channel.mem.clear()
+    channel.deferred.clear()
+    channel.due_after_restart.clear()
+    if channel.backend.depth:
+        channel.backend.empty()
+    replay = Replay(channel, log, start_ts)
+    if not replay.caught_up or replay.pending:
+        channel.feeder = replay
+        channel.dispatch()
+    else:
+        replay.cursor.close()
+    return replay
