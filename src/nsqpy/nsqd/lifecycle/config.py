@@ -126,6 +126,15 @@ def effective_topic(topic: "Topic") -> dict[str, Any]:
     return {k: topic.config[k] if k in topic.config else _flag_value(opts, k) for k in TOPIC_KEYS}
 
 
+def shown_topic(topic: "Topic") -> dict[str, Any]:
+    """What ``/topic/config`` shows: the history keys only once retention is on or set."""
+    eff = effective_topic(topic)
+    if not (eff["retention"] or eff["retention_bytes"] or "retention" in topic.config
+            or "retention_bytes" in topic.config):
+        del eff["retention"], eff["retention_bytes"]
+    return eff
+
+
 def effective_channel(channel: "Channel") -> dict[str, Any]:
     opts = channel.nsqd.options
     own, parent = channel.config, channel.topic.config

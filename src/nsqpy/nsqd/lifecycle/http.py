@@ -73,7 +73,7 @@ def lifecycle_routes(api: "NsqdHTTP") -> list[Route]:
 
     def topic_config(request: Request) -> Any:
         topic = api.existing_topic(api.topic_arg(api.query(request)))
-        return configure(request, topic, ec.apply_topic, ec.effective_topic, ec.TOPIC_KEYS)
+        return configure(request, topic, ec.apply_topic, ec.shown_topic, ec.TOPIC_KEYS)
 
     def channel_config(request: Request) -> Any:
         topic, name = api.topic_and_channel(request)

@@ -155,8 +155,9 @@ def topic_stats(topic: "Topic", channels: list[dict]) -> dict:
         "paused": topic.paused,
         "e2e_processing_latency": _latency(topic.e2e_result(), _topic_tracked(topic)),
     })
-    if topic.history is not None:  # a topic that keeps history (docs/history.md); else upstream's
-        stats["history"] = topic.history.stats()
+    history = getattr(topic, "history", None)
+    if history is not None:  # a topic that keeps history (docs/history.md); else upstream's
+        stats["history"] = history.stats()
     return stats
 
 
