@@ -90,10 +90,6 @@ class Channel:
         Delivery runs later in the same loop turn, not inline: the publisher's OK goes out
         first (so its next batch is on its way while we deliver), and the publishes of one
         turn are delivered together."""
-        if self.feeder is not None:
-            msgs = self.feeder.admit(msgs)
-            if not msgs:
-                return
         self._enqueue(msgs)
         self.message_count += len(msgs)
         if not self._dispatch_scheduled:
@@ -105,8 +101,6 @@ class Channel:
         self.dispatch()
 
     def put_deferred(self, msg: Msg, due: float) -> None:
-        if self.feeder is not None and not self.feeder.admit([msg]):
-            return
         heapq.heappush(self.deferred, (due, next(_seq), msg))
         self.message_count += 1
 

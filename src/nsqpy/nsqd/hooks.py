@@ -196,8 +196,8 @@ class History(Protocol):
 class Feeder(Protocol):
     """A channel's replay of its topic's history (``channel.feeder``; history/replay.py): the
     channel takes retained messages from it once its own queue is empty, and while it is set
-    drops the live messages it ``admit``s not (the replay delivers those). It unsets itself
-    once it has caught up with the log."""
+    the topic hands the channel only the messages it ``admit``s (the replay delivers the
+    others, which the history kept). It unsets itself once it has caught up with the log."""
 
     def admit(self, msgs: list[Msg]) -> list[Msg]: ...
 

@@ -70,7 +70,8 @@ class Topic:
         held = not (self._flowing() and not self.mem and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
-                channel.put_many(msgs)
+                # a channel replaying the history gets from it what the history kept
+                channel.put_many(msgs if channel.feeder is None else channel.feeder.admit(msgs))
         else:
             self._enqueue(msgs)
             self._schedule_pump()
@@ -88,7 +89,8 @@ class Topic:
         held = not (self._flowing() and not self.mem and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
-                channel.put_deferred(msg, due)
+                if channel.feeder is None or channel.feeder.admit([msg]):
+                    channel.put_deferred(msg, due)
         else:
             self._enqueue([msg + (due,)])
             self._schedule_pump()
@@ -176,12 +178,13 @@ class Topic:
         for channel in list(self.channels.values()):
             try:
                 if plain:
-                    channel.put_many(plain)
+                    channel.put_many(plain if channel.feeder is None else channel.feeder.admit(plain))
             except OSError as err:
                 self.nsqd.logger.error("topic(%s): failed to put to channel(%s) - %s",
                                        self.name, channel.name, err)
             for it in deferred:
-                channel.put_deferred(it[:4], it[4])
+                if channel.feeder is None or channel.feeder.admit([it[:4]]):
+                    channel.put_deferred(it[:4], it[4])
         if self.nsqd.replicator is not None and batch and not self.ephemeral:
             self.nsqd.replicator.pumped(self, [it[0] for it in batch])
         self._schedule_pump()
