@@ -116,3 +116,21 @@ def test_a_topic_setting_turns_history_on_without_flags_and_survives_a_restart(n
     node = node.restart()
     assert segments(node, topic)["retention_bytes"] == 1000000
     assert [m.body for m in read(node, topic)] == [b"after"]
+
+
+def test_metrics_only_for_topics_with_history(nsqd_factory):
+    node = nsqd_factory("--retention-bytes=1000000")
+    topic, other = unique_name(), unique_name("eph") + "#ephemeral"
+    Wire(node.tcp_address).mpub(topic, [b"a", b"bb"])
+    Wire(node.tcp_address).pub(other, b"x")
+    text = call(node, "GET", "/metrics")[1].decode()
+    lines = {ln.split(" ")[0]: float(ln.split(" ")[1]) for ln in text.splitlines()
+             if ln.startswith("nsqd_history_")}
+    assert lines[f'nsqd_history_messages{{topic="{topic}"}}'] == 2
+    assert lines[f'nsqd_history_segments{{topic="{topic}"}}'] == 1
+    assert lines[f'nsqd_history_bytes{{topic="{topic}"}}'] == segments(node, topic)["bytes"]
+    assert abs(lines[f'nsqd_history_oldest_timestamp_seconds{{topic="{topic}"}}'] - time.time()) < 30
+    assert not [k for k in lines if "eph" in k]  # an ephemeral topic keeps no history
+    plain = nsqd_factory()
+    Wire(plain.tcp_address).pub(topic, b"a")
+    assert "nsqd_history_" not in call(plain, "GET", "/metrics")[1].decode()
