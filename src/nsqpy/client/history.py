@@ -202,11 +202,14 @@ class TopicHistory:
 
 
 class HistoryError(Exception):
-    """nsqd refused a history request: ``code`` is its message (``BEFORE_OLDEST``...)."""
+    """nsqd refused a history request: ``code`` is the first word of its message
+    (``BEFORE_OLDEST``...), ``message`` the whole of it (``BEFORE_OLDEST: the oldest retained
+    message is from ...``)."""
 
-    def __init__(self, nsqd: str, status: int, code: str, what: str = "") -> None:
-        self.nsqd, self.status, self.code = nsqd, status, code
-        super().__init__(f"nsqd {nsqd}: {what + ': ' if what else ''}HTTP {status} {code}")
+    def __init__(self, nsqd: str, status: int, message: str, what: str = "") -> None:
+        self.nsqd, self.status, self.message = nsqd, status, message
+        self.code = message.split(":", 1)[0].strip()
+        super().__init__(f"nsqd {nsqd}: {what + ': ' if what else ''}HTTP {status} {message}")
 
 
 class HistoryUnavailable(HistoryError):

@@ -185,13 +185,20 @@ def read_slice(part: HistorySlice, cfg: BatchConfig) -> Iterator[Any]:
     schema = arrow_schema()
     for segment in part.segments:
         splitter = RecordSplitter()
-        for data in stream_chunks(part.http, part.topic, part.start, part.end, segment,
-                                  chunk=1 << 20, timeout=cfg.timeout):
-            splitter.feed(data)
-            if splitter.pending >= cfg.batch_bytes:
-                batch = _arrow(splitter, part, cfg, schema)
-                if batch is not None:
-                    yield batch
+        try:
+            for data in stream_chunks(part.http, part.topic, part.start, part.end, segment,
+                                      chunk=1 << 20, timeout=cfg.timeout):
+                splitter.feed(data)
+                if splitter.pending >= cfg.batch_bytes:
+                    batch = _arrow(splitter, part, cfg, schema)
+                    if batch is not None:
+                        yield batch
+        except HistoryError as err:
+            if err.code == "SEGMENT_NOT_FOUND":
+                raise RuntimeError(f"format('nsq') batch read of {part.topic}: segment {segment} on "
+                                   f"{part.http} expired (retention) after the read was planned; "
+                                   "read again to plan over what is retained now") from None
+            raise
         batch = _arrow(splitter, part, cfg, schema)
         splitter.close()
         if batch is not None:
