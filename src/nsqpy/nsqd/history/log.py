@@ -29,12 +29,16 @@ from array import array
 from concurrent.futures import Executor
 from typing import Iterator
 
+from ...protocol.repeated import RepeatedRecords
+
 BLOCK = struct.Struct(">II")  # length of the records that follow, their crc32
 RECORD = struct.Struct(">IqI16s")  # body length, timestamp ns, DPUB delay ms, id; then the body
 SEGMENT_BYTES = 64 << 20  # a segment rolls past this (smaller with a small --retention-bytes)
 MIN_SEGMENT_BYTES = 4096
+MIN_ROLL_NS = 1_000_000_000
 SPARSE_STEP = 256 << 10
 CHUNK = 1 << 20  # reads go a chunk at a time
+_same_size: dict[int, RepeatedRecords] = {}
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -100,8 +104,23 @@ class Segment:
 
 
 def parse_block(data: bytes, out: list) -> None:
-    """Append the records of one block's payload to ``out`` as ``(id, body, ts, delay_ms)``."""
-    pos, end = 0, len(data)
+    """Append the records of one block's payload to ``out`` as ``(id, body, ts, delay_ms)``
+    (with no delay, the very tuple a channel queues: ``(id, body, ts, attempts 0)``)."""
+    end = len(data)
+    size = RECORD.unpack_from(data, 0)[0]
+    k, rest = divmod(end, 32 + size)
+    if k >= 8 and not rest:  # an MPUB of one size: unpacked 64 records a call, in C
+        unpacker = _same_size.get(size)
+        if unpacker is None:
+            if len(_same_size) > 64:
+                _same_size.clear()
+            unpacker = _same_size[size] = RepeatedRecords(f"IqI16s{size}s", 64, ">")
+        flat: list = []
+        unpacker.unpack_into(flat, data, 0, k)
+        if flat[0::5] == [size] * k:
+            out += zip(flat[3::5], flat[4::5], flat[1::5], flat[2::5])
+            return
+    pos = 0
     unpack = RECORD.unpack_from
     while pos < end:
         blen, ts, delay, mid = unpack(data, pos)
@@ -183,12 +202,17 @@ class Log:
         self.fd = -1  # the last segment's, opened on the first append
         self.unsynced = 0
         self.last_sync = time.monotonic()
+        self._sync_queued = False
+        self._dir_dirty = False
         self.closed = False
         os.makedirs(self.dir, exist_ok=True)
         self._load()
 
     def configure(self, retention_ns: int, retention_bytes: int) -> None:
         self.retention_ns, self.retention_bytes = retention_ns, retention_bytes
+        # a segment spans at most an eighth of the retention time, and at least a second (so
+        # a thousand topics with short retention do not make thousands of files a second)
+        self.roll_ns = max(retention_ns // 8, MIN_ROLL_NS)
         seg = SEGMENT_BYTES
         if retention_bytes:  # dropping whole segments stays within an eighth of the cap
             seg = max(MIN_SEGMENT_BYTES, min(seg, retention_bytes // 8))
@@ -235,26 +259,37 @@ class Log:
                 self._sync(background=self.sync_every > 1)
             os.close(self.fd)
             self.fd = -1
-        if seg.count:
-            try:
-                tmp = self.path(seg.sid, "idx.tmp")
-                with open(tmp, "wb") as f:
-                    f.write(seg.to_json())
-                os.replace(tmp, self.path(seg.sid, "idx"))
-            except OSError as err:  # only a cache: the segment is scanned at the next start
-                self.logger.warning("HISTORY(%s): failed to write segment index - %s",
-                                    self.topic_name, err)
+        if seg.count:  # the summary is only a cache: written by the helper thread
+            self.executor.submit(self._write_index, seg.sid, seg.to_json())
         self.segments.append(Segment(seg.sid + 1))
 
+    def _write_index(self, sid: int, text: bytes) -> None:
+        try:
+            tmp = self.path(sid, "idx.tmp")
+            with open(tmp, "wb") as f:
+                f.write(text)
+            os.replace(tmp, self.path(sid, "idx"))
+        except FileNotFoundError:
+            pass  # the segment expired meanwhile
+        except OSError as err:  # the segment is scanned at the next start instead
+            self.logger.warning("HISTORY(%s): failed to write segment index - %s",
+                                self.topic_name, err)
+
     def _sync(self, background: bool) -> None:
+        """fdatasync now, or on the helper thread (at most one waiting per log: a later one
+        covers every write before it)."""
         self.unsynced = 0
         self.last_sync = time.monotonic()
         if not background:
             _fdatasync(self.fd)
             return
+        if self._sync_queued:
+            return
+        self._sync_queued = True
         fd = os.dup(self.fd)
 
         def sync() -> None:
+            self._sync_queued = False
             try:
                 _fdatasync(fd)
             except OSError as err:
@@ -265,17 +300,32 @@ class Log:
         self.executor.submit(sync)
 
     def _sync_dir(self) -> None:
-        def sync() -> None:
-            fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        """The directory, once a new segment's name must survive a crash: at once with
+        --sync-every=1, else with the next periodic tick (one fsync however many were made)."""
+        if self.sync_every > 1:
+            self._dir_dirty = True
+            return
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
-        if self.sync_every <= 1:
-            sync()
-        else:
-            self.executor.submit(sync)
+    def _sync_dir_later(self) -> None:
+        self._dir_dirty = False
+        path = self.dir
+
+        def sync() -> None:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as err:
+                self.logger.error("HISTORY(%s): directory fsync failed - %s", self.topic_name, err)
+
+        self.executor.submit(sync)
 
     # --- appending (hooks.History) -------------------------------------------------------------
 
@@ -294,7 +344,7 @@ class Log:
         first, last = msgs[0][2], msgs[-1][2]
         seg = self.active
         if seg.size and (seg.size + size > self.segment_bytes or (
-                self.retention_ns and first - seg.first_ts > self.retention_ns // 8)):
+                self.retention_ns and first - seg.first_ts > self.roll_ns)):
             self._roll()
             seg = self.active
         if self.fd < 0:
@@ -371,6 +421,8 @@ class Log:
         """Periodic: fsync what waits longer than --sync-timeout, then expire."""
         if self.unsynced and self.fd >= 0 and now - self.last_sync >= self.sync_timeout:
             self._sync(background=True)
+        if self._dir_dirty:
+            self._sync_dir_later()
         if self.retention_ns:
             self.expire(time.time_ns())
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections import deque
+from operator import itemgetter
 from typing import Any
 
 from .log import Cursor, Log
 
 _time_ns = time.time_ns
 _seq = itertools.count()
+_delay = itemgetter(3)
 
 
 class Replay:
@@ -28,7 +29,8 @@ class Replay:
         self.channel = channel
         self.start_ts = start_ts
         self.cursor = Cursor(log, *log.position(start_ts))
-        self.pending: deque[tuple] = deque()
+        self.pending: list[tuple] = []  # records read, not yet handed out from ``self.next``
+        self.next = 0
         self.caught_up = not self._fill()
         # every live message from here on is in the log at or after the first replayed one
         self.threshold = self.pending[0][2] if self.pending else _time_ns()
@@ -43,7 +45,7 @@ class Replay:
             if recs[0][2] < start or recs[-1][2] < start:
                 recs = [r for r in recs if r[2] >= start]
             if recs:
-                self.pending.extend(recs)
+                self.pending, self.next = recs, 0
                 return True
 
     def admit(self, msgs: list[tuple]) -> list[tuple]:
@@ -58,27 +60,36 @@ class Replay:
         still in their delay go to the channel's deferred heap for the rest of it. Once the log
         has nothing more, the channel goes back to live delivery."""
         out: list[tuple] = []
-        pending = self.pending
-        now = _time_ns()
-        channel = self.channel
         while len(out) < n:
-            if not pending and (self.caught_up or not self._fill()):
+            if self.next >= len(self.pending) and (self.caught_up or not self._fill()):
                 self.finish()
                 break
-            mid, body, ts, delay = pending.popleft()
+            i = self.next
+            chunk = self.pending[i:i + n - len(out)]
+            self.next = i + len(chunk)
+            if any(map(_delay, chunk)):  # (a record's 4th field is its DPUB delay, mostly 0)
+                chunk = self._due(chunk)
+            out += chunk
+        self.channel.message_count += len(out)
+        self.replayed += len(out)
+        return out
+
+    def _due(self, recs: list[tuple]) -> list[tuple]:
+        now = _time_ns()
+        channel = self.channel
+        out = []
+        for mid, body, ts, delay in recs:
             if delay and ts + delay * 1_000_000 > now:
                 due = time.monotonic() + (ts + delay * 1_000_000 - now) / 1e9
                 heapq.heappush(channel.deferred, (due, next(_seq), (mid, body, ts, 0)))
                 channel.message_count += 1
-                continue
-            out.append((mid, body, ts, 0))
-        channel.message_count += len(out)
-        self.replayed += len(out)
+            else:
+                out.append((mid, body, ts, 0))
         return out
 
     def finish(self) -> None:
         self.cursor.close()
-        self.pending.clear()
+        self.pending = []
         if self.channel.feeder is self:
             self.channel.feeder = None
 
