@@ -157,7 +157,7 @@ async def _main(o: Any, cfg: GoNsqConfig) -> int:
     tail = Tail(max(o.n, 0), o.print_topic, sys.stdout.buffer, done)
     common.on_signals(lambda _s: done.set(), *common.TERM_SIGNALS)
     consumers: list[common.GoConsumer] = []
-    replay = history.points(o)
+    replay = o.replay
     live = replay is None or not getattr(o, "to", "")
     if replay is not None and live:
         tail.held = []  # subscribe first, so nothing published during the replay is missed
@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if o.channel == "":
         o.channel = random_channel()
-    if not (getattr(o, "to", "") and (o.nsqd_http_address or o.lookupd_http_address)):
+    o.replay = history.points(o)  # --from/--to checked first: they decide which sources are needed
+    if not (o.replay is not None and getattr(o, "to", "")):
         common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address)
     if not o.topic:
         fatal("--topic required")
