@@ -203,7 +203,7 @@ class Log:
         self.unsynced = 0
         self.last_sync = time.monotonic()
         self._sync_queued = False
-        self._dir_dirty = False
+        self._ahead: tuple[int, int] | None = None  # (segment id, fd) made by the helper thread
         self.closed = False
         os.makedirs(self.dir, exist_ok=True)
         self._load()
@@ -237,6 +237,8 @@ class Log:
                     seg = None
             if seg is None:
                 seg = scan_segment(path, sid, self.logger)
+                if i < len(ids) - 1 and seg.count:  # sealed now: its summary for next time
+                    self.executor.submit(self._write_index, sid, seg.to_json())
             self.segments.append(seg)
         if not self.segments:
             self.segments.append(Segment(1))
@@ -246,10 +248,29 @@ class Log:
         return self.segments[-1]
 
     def _open_active(self) -> None:
+        """Open the segment appends go to. Its file was usually made ahead by the helper thread
+        (creating a file waits on the file system's journal, which a busy disk makes slow);
+        the next one is made ahead now."""
         seg = self.active
-        self.fd = os.open(self.path(seg.sid), os.O_WRONLY | os.O_CREAT, 0o644)
-        if seg.size == 0:  # a new file: its name must survive a crash with the data
-            self._sync_dir()
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == seg.sid:
+            self.fd = ahead[1]
+        else:
+            if ahead is not None:
+                os.close(ahead[1])
+            self.fd = os.open(self.path(seg.sid), os.O_WRONLY | os.O_CREAT, 0o644)
+        if seg.size == 0 and self.sync_every <= 1:  # its name must be on disk before an OK
+            self._fsync_dir()  # (with N > 1 the segment's first fdatasync carries it on ext4)
+        self.executor.submit(self._make_ahead, seg.sid + 1)
+
+    def _make_ahead(self, sid: int) -> None:
+        if self.closed:
+            return
+        try:
+            self._ahead = (sid, os.open(self.path(sid), os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError as err:  # (the append makes it then, or reports the error)
+            self.logger.warning("HISTORY(%s): could not make segment %d ahead - %s",
+                                self.topic_name, sid, err)
 
     def _roll(self) -> None:
         """Seal the active segment (its summary beside it) and start the next one."""
@@ -299,33 +320,12 @@ class Log:
 
         self.executor.submit(sync)
 
-    def _sync_dir(self) -> None:
-        """The directory, once a new segment's name must survive a crash: at once with
-        --sync-every=1, else with the next periodic tick (one fsync however many were made)."""
-        if self.sync_every > 1:
-            self._dir_dirty = True
-            return
+    def _fsync_dir(self) -> None:
         fd = os.open(self.dir, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-    def _sync_dir_later(self) -> None:
-        self._dir_dirty = False
-        path = self.dir
-
-        def sync() -> None:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as err:
-                self.logger.error("HISTORY(%s): directory fsync failed - %s", self.topic_name, err)
-
-        self.executor.submit(sync)
 
     # --- appending (hooks.History) -------------------------------------------------------------
 
@@ -386,6 +386,8 @@ class Log:
         while the log holds more than the byte cap. Returns how many were dropped."""
         dropped = []
         segs = self.segments
+        while len(segs) > 1 and not segs[0].count:  # empty ones (made ahead, then a restart)
+            dropped.append(self._drop_first())
         if self.retention_ns:
             cutoff = now_ns - self.retention_ns
             while segs and (segs[0].count or len(segs) > 1) and segs[0].max_ts < cutoff:
@@ -421,8 +423,6 @@ class Log:
         """Periodic: fsync what waits longer than --sync-timeout, then expire."""
         if self.unsynced and self.fd >= 0 and now - self.last_sync >= self.sync_timeout:
             self._sync(background=True)
-        if self._dir_dirty:
-            self._sync_dir_later()
         if self.retention_ns:
             self.expire(time.time_ns())
 
@@ -466,6 +466,9 @@ class Log:
         if self.closed:
             return
         self.closed = True
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            os.close(ahead[1])
         if self.fd >= 0:
             try:
                 _fdatasync(self.fd)

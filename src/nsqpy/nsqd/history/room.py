@@ -21,7 +21,8 @@ class History:
 
     def __init__(self, nsqd: "NSQD") -> None:
         self.nsqd = nsqd
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="history")
+        # two threads: a file made ahead need not wait behind a slow fsync
+        self.executor = ThreadPoolExecutor(2, thread_name_prefix="history")
         nsqd.keep_task(nsqd.loop.create_task(self._tick_loop()))
 
     def retain(self, topic: Any, retention_ns: int, retention_bytes: int) -> None:
