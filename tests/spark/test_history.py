@@ -4,6 +4,8 @@ PySpark 4.0 floor by ``make test``. nsqd runs with ``--retention`` (docs/history
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from helpers.servers import unique_name
@@ -78,9 +80,15 @@ def test_streaming_starts_at_earliest(spark, nsqd_factory, tmp_path, mode):
     writer = (df.writeStream.format("parquet").option("path", str(out))
               .option("checkpointLocation", str(tmp_path / "ckpt")))
     query = writer.trigger(processingTime="1 second").start()
+    started = time.monotonic()
+
+    def progress() -> bool:
+        rows = _rows(spark, out)
+        assert rows or time.monotonic() - started < 45, "no batch read anything in 45 s"
+        return query.exception() is not None or rows >= n
+
     try:
-        wait_until(lambda: query.exception() is not None or _rows(spark, out) >= n, 240, interval=1.0,
-                   what=f"{n} rows in the query's output")
+        wait_until(progress, 240, interval=1.0, what=f"{n} rows in the query's output")
     finally:
         query.stop()
     assert query.exception() is None
