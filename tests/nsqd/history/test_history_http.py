@@ -84,10 +84,8 @@ def test_errors(nsqd_factory):
     assert error(node, "GET", f"/history/read?topic={topic}&to=2026-13-01T00:00:00Z") == (400, "INVALID_TO")
     assert error(node, "GET", f"/history/read?topic={topic}&segment=x") == (400, "INVALID_SEGMENT")
     assert error(node, "GET", f"/history/read?topic={topic}&segment=999") == (404, "SEGMENT_NOT_FOUND")
-    status, body = call(node, "POST", f"/channel/rewind?topic={topic}&channel=c&to=1000")
-    doc = orjson.loads(body)
-    assert status == 400 and doc["message"].startswith("BEFORE_OLDEST: the oldest retained message is from ")
-    assert doc["message"].endswith(doc["oldest"]) and doc["oldest_timestamp"] > 0
+    # a point before the first message of a log that never dropped anything misses nothing
+    assert [m.body for m in read(node, topic, "&from=1000")] == [b"x"]
     assert error(node, "POST", f"/channel/create?topic={topic}&channel=c%23ephemeral&from=earliest") == (400, "EPHEMERAL")
     Wire(node.tcp_address).pub(f"{topic}_e#ephemeral", b"x")
     assert error(node, "GET", f"/history/segments?topic={topic}_e%23ephemeral") == (400, "EPHEMERAL")
@@ -134,3 +132,28 @@ def test_metrics_only_for_topics_with_history(nsqd_factory):
     plain = nsqd_factory()
     Wire(plain.tcp_address).pub(topic, b"a")
     assert "nsqd_history_" not in call(plain, "GET", "/metrics")[1].decode()
+
+
+def test_before_oldest_once_expiry_dropped_what_was_asked_for(nsqd_factory):
+    node = nsqd_factory("--retention-bytes=20000")  # segments of 4 KiB
+    topic = unique_name()
+    w = Wire(node.tcp_address)
+    start = time.time_ns()
+    for i in range(60):
+        w.pub(topic, b"%03d" % i + b"y" * 500)
+    doc = segments(node, topic)
+    assert doc["bytes"] <= 20000 and doc["oldest_timestamp"] > start
+    for method, path in (("POST", f"/channel/rewind?topic={topic}&channel=c&to={start // 10**6}"),
+                         ("POST", f"/channel/create?topic={topic}&channel=c&from={start // 10**6}"),
+                         ("GET", f"/history/read?topic={topic}&from={start // 10**6}"),
+                         ("GET", f"/history/segments?topic={topic}&from={start // 10**6}")):
+        status, body = call(node, method, path)
+        err = orjson.loads(body)
+        assert status == 400, (path, status)
+        assert err["message"] == f"BEFORE_OLDEST: the oldest retained message is from {err['oldest']}"
+        assert err["oldest_timestamp"] == doc["oldest_timestamp"]
+    # from the oldest on, or earliest, all is there
+    kept = read(node, topic, "&from=earliest")
+    assert read(node, topic, f"&from={err['oldest']}") == kept and len(kept) == doc["messages"]
+    node = node.restart("--retention-bytes=20000")  # it still knows something was dropped
+    assert call(node, "GET", f"/history/read?topic={topic}&from={start // 10**6}")[0] == 400

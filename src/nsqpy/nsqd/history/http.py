@@ -55,15 +55,16 @@ def _point(query: dict[str, list[str]], key: str, default: int) -> int:
 
 
 def _not_before_oldest(log: Log, point: int) -> None:
-    if point in (EARLIEST, LATEST):
+    """Refuse a point whose messages expiry dropped already (a point before the first message
+    of a log that never dropped anything is no error: nothing is missing)."""
+    if point in (EARLIEST, LATEST) or not log.dropped_ts or point > log.dropped_ts:
         return
     oldest = log.oldest()
-    if oldest and point < oldest:
-        when = rfc3339(oldest)
-        head, _ = v1_error(400, "BEFORE_OLDEST")
-        raise Refused((head, go_json({
-            "message": f"BEFORE_OLDEST: the oldest retained message is from {when}",
-            "oldest": when, "oldest_timestamp": oldest})))
+    when = rfc3339(oldest) if oldest else "none (every message expired)"
+    head, _ = v1_error(400, "BEFORE_OLDEST")
+    raise Refused((head, go_json({
+        "message": f"BEFORE_OLDEST: the oldest retained message is from {when}",
+        "oldest": when, "oldest_timestamp": oldest})))
 
 
 def history_routes(api: "NsqdHTTP") -> list[Route]:

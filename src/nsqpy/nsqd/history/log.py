@@ -204,6 +204,9 @@ class Log:
         self.last_sync = time.monotonic()
         self._sync_queued = False
         self._ahead: tuple[int, int] | None = None  # (segment id, fd) made by the helper thread
+        #: the newest timestamp expiry dropped (0: nothing yet): a point at or before it asks for
+        #: messages the log no longer has (BEFORE_OLDEST)
+        self.dropped_ts = 0
         self.closed = False
         os.makedirs(self.dir, exist_ok=True)
         self._load()
@@ -242,6 +245,8 @@ class Log:
             self.segments.append(seg)
         if not self.segments:
             self.segments.append(Segment(1))
+        elif ids[0] > 1:  # segments were dropped before the restart: older than what is left
+            self.dropped_ts = max(self.oldest() - 1, 0)
 
     @property
     def active(self) -> Segment:
@@ -403,6 +408,8 @@ class Log:
 
     def _drop_first(self) -> int:
         seg = self.segments[0]
+        if seg.count:
+            self.dropped_ts = max(self.dropped_ts, seg.max_ts)
         if len(self.segments) == 1:  # the active one goes too: writing moves to a new segment
             self._roll()
         self.segments.pop(0)
