@@ -52,8 +52,8 @@ def test_splitter_positions_and_truncation() -> None:
     one = encode_record(b"0" * 16, b"xyz", 5)
     sp = RecordSplitter()
     sp.feed(one + one[:10])
-    buf, starts, lengths = sp.take()
-    assert starts == [4] and lengths == [29] and bytes(buf[4:33]) == one[4:]
+    buf, starts, stop = sp.take()
+    assert starts == [0] and stop == 33 and bytes(buf[4:33]) == one[4:]
     assert sp.pending == 10
     with pytest.raises(FramingError, match="ended inside a record"):
         sp.close()
@@ -62,7 +62,16 @@ def test_splitter_positions_and_truncation() -> None:
 def test_splitter_refuses_what_is_not_a_record() -> None:
     sp = RecordSplitter()
     sp.feed(struct.pack(">I", 3) + b"abc")
-    with pytest.raises(FramingError, match="not a message"):
+    with pytest.raises(FramingError, match="record of 3 bytes at offset 0: not a message"):
+        sp.take()
+    good = encode_record(b"0" * 16, b"xyz", 5)
+    sp = RecordSplitter()
+    sp.feed(good + struct.pack(">I", 2) + b"ab" + good)  # a short record between good ones
+    with pytest.raises(FramingError, match="record of 2 bytes at offset 33"):
+        sp.take()
+    sp = RecordSplitter()
+    sp.feed(good + struct.pack(">I", 1 << 31) + b"x")  # an absurd length: refused before its bytes
+    with pytest.raises(FramingError, match="at offset 33"):
         sp.take()
 
 

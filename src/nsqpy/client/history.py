@@ -98,9 +98,8 @@ class FramingError(ValueError):
 class RecordSplitter:
     """Sans-I/O: feed the bytes of a ``/history/read`` answer as they come, take records out.
 
-    :meth:`feed` appends to an internal buffer; :meth:`take` returns ``(buffer, starts,
-    lengths)`` for every complete record so far (``buffer[start:start + length]`` is the V2
-    message encoding) and drops them from the buffer, keeping a partial record for the next
+    :meth:`feed` appends to an internal buffer; :meth:`take` returns where every complete
+    record so far starts and drops them from the buffer, keeping a partial record for the next
     feed. :meth:`messages` decodes them one by one for callers that want objects.
     :meth:`close` raises FramingError if the stream ended inside a record."""
 
@@ -118,34 +117,37 @@ class RecordSplitter:
         """Bytes held that do not make a whole record yet."""
         return len(self._buf)
 
-    def take(self) -> tuple[bytearray, list[int], list[int]]:
+    def take(self) -> tuple[bytearray, list[int], int]:
+        """``(buffer, starts, stop)`` for every complete record so far: record i is
+        ``buffer[starts[i] + 4 : next start]`` (the last one ends at ``stop``). The lengths are
+        left to the caller (numpy gets them from the starts in one step, :meth:`messages` in
+        Python): this loop is the one sequential part of reading, each length saying where the
+        next record starts, so it does as little as it can per record."""
         buf = self._buf
-        starts: list[int] = []
-        lengths: list[int] = []
-        pos = 0
         end = len(buf)
         unpack = _LENGTH.unpack_from
-        while end - pos >= 4:
+        starts: list[int] = []
+        append = starts.append
+        pos = 0
+        while pos + 4 <= end:
             (length,) = unpack(buf, pos)
             if length < MESSAGE_HEADER_SIZE or length > MAX_RECORD:
                 raise FramingError(f"record of {length} bytes at offset {self.bytes - end + pos}: "
                                    f"not a message (at least {MESSAGE_HEADER_SIZE} bytes)")
-            if end - pos - 4 < length:
+            nxt = pos + 4 + length
+            if nxt > end:
                 break
-            starts.append(pos + 4)
-            lengths.append(length)
-            pos += 4 + length
+            append(pos)
+            pos = nxt
         self.records += len(starts)
-        if pos == end:
-            self._buf = bytearray()
-            return buf, starts, lengths
-        self._buf = buf[pos:]
-        return buf, starts, lengths
+        self._buf = bytearray() if pos == end else buf[pos:]
+        return buf, starts, pos
 
     def messages(self) -> list[Message]:
-        buf, starts, lengths = self.take()
+        buf, starts, stop = self.take()
         view = memoryview(buf)
-        return [decode_message(view[s : s + n]) for s, n in zip(starts, lengths)]
+        ends = starts[1:] + [stop]
+        return [decode_message(view[s + 4 : e]) for s, e in zip(starts, ends)]
 
     def close(self) -> None:
         if self._buf:

@@ -206,10 +206,15 @@ def read_slice(part: HistorySlice, cfg: BatchConfig) -> Iterator[Any]:
 
 
 def _arrow(splitter: RecordSplitter, part: HistorySlice, cfg: BatchConfig, schema: Any) -> Any:
-    buf, starts, lengths = splitter.take()
+    import numpy as np
+
+    buf, starts, stop = splitter.take()
     if not starts:
         return None
-    # record_batch_from_frames reads TCP message frames ([size][type][message]): a record's
-    # message at `s` sits where a frame starting at s - 8, of size L + 4, would have it
-    return record_batch_from_frames(buf, [s - 8 for s in starts], [n + 4 for n in lengths],
+    at = np.array(starts, np.int64)
+    sizes = np.diff(at, append=stop) - 4  # each record's length field
+    # record_batch_from_frames reads TCP message frames ([size:4][type:4][message]): a record
+    # ([length:4][message]) starting at `s` has its message where a frame starting at s - 4,
+    # of size length + 4, would
+    return record_batch_from_frames(buf, at - 4, sizes + 4,
                                     part.tcp, part.topic, cfg.channel, schema)  # type: ignore[arg-type]
