@@ -69,7 +69,8 @@ class BatchConfig:
         nsqd_http = [a if "://" in a else "http://" + a for a in opts.http_addresses("nsqdHttpAddresses")]
         if not lookupd and not nsqd_http:
             raise ValueError("a batch read of format('nsq') needs lookupd_http_addresses or "
-                             "nsqd_http_addresses (history is read over nsqd's HTTP API)")
+                             "nsqd_http_addresses (history is read over nsqd's HTTP API); a "
+                             "streaming read (spark.readStream) needs option 'channel'")
         start = parse_point(opts.get("from") or EARLIEST, "from")
         end = parse_point(opts.get("to") or LATEST, "to")
         if start == LATEST:
