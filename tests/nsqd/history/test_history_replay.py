@@ -159,3 +159,34 @@ def test_pynsq_reads_a_rewound_channel(nsqd_factory, tornado_run):
     # the channel is made by SUB: messages published before it wait at the topic
     tornado_run(main, 40)
     assert sorted(first) == sorted(again) == [b"m%06d" % i for i in range(200)]
+
+
+@pytest.mark.parametrize("stop", ["clean", "kill9"])
+def test_a_replay_under_way_goes_on_after_a_restart(nsqd_factory, stop):
+    node = nsqd_factory("--retention=1h")
+    topic = unique_name()
+    assert call(node, "POST", f"/topic/create?topic={topic}")[0] == 200
+    assert call(node, "POST", f"/channel/create?topic={topic}&channel=c")[0] == 200
+    _publish(node, topic, 3000, prefix=b"old")
+    assert len(consume(node, topic, "c", 3000)) == 3000
+    assert call(node, "POST", f"/channel/rewind?topic={topic}&channel=c&to=earliest")[0] == 200
+    w = Wire(node.tcp_address, timeout=20)
+    w.sub(topic, "c", 5)
+    first = consume(node, topic, "c", 300, wire=w)
+    w.close()
+    _publish(node, topic, 100, prefix=b"live")  # behind the replay, not queued on the channel
+    time.sleep(0.6)  # a tick saved the replay's position
+    if stop == "kill9":
+        node.kill9()
+    node = node.restart("--retention=1h")
+    w = Wire(node.tcp_address, timeout=20)
+    w.sub(topic, "c", 100)
+    want = {b"old%06d" % i for i in range(300, 3000)} | {b"live%06d" % i for i in range(100)}
+    got = []
+    while not want <= {m.body for m in got}:
+        got += consume(node, topic, "c", 1, wire=w)
+    assert len(got) - len(want) <= 5000  # at most the chunk it was in comes again
+    assert {m.body for m in first} <= {b"old%06d" % i for i in range(3000)}
+    # caught up: the channel is live again and nothing is left to resume
+    wait_for(lambda: not (node.data_path / f"{topic}.history" / "replays.json").exists(),
+             what="replays.json removed")

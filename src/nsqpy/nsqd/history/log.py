@@ -27,7 +27,7 @@ import time
 import zlib
 from array import array
 from concurrent.futures import Executor
-from typing import Iterator
+from typing import Any, Iterator
 
 from ...protocol.repeated import RepeatedRecords
 
@@ -39,6 +39,7 @@ MIN_ROLL_NS = 1_000_000_000
 SPARSE_STEP = 256 << 10
 CHUNK = 1 << 20  # reads go a chunk at a time
 _same_size: dict[int, RepeatedRecords] = {}
+REPLAYS = "replays.json"  # beside the segments: replays under way at the last stop
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -207,9 +208,15 @@ class Log:
         #: the newest timestamp expiry dropped (0: nothing yet): a point at or before it asks for
         #: messages the log no longer has (BEFORE_OLDEST)
         self.dropped_ts = 0
+        #: channels replaying this log (``replay.Replay`` by channel name), and the positions of
+        #: replays saved at the last stop, until their channel is made again (``replays.json``)
+        self.replaying: dict[str, Any] = {}
+        self.saved: dict[str, dict[str, int]] = {}
+        self._saved_text = b""
         self.closed = False
         os.makedirs(self.dir, exist_ok=True)
         self._load()
+        self._load_replays()
 
     def configure(self, retention_ns: int, retention_bytes: int) -> None:
         self.retention_ns, self.retention_bytes = retention_ns, retention_bytes
@@ -426,8 +433,46 @@ class Log:
                     self.logger.error("HISTORY(%s): failed to remove segment %d - %s",
                                       self.topic_name, sid, err)
 
+    def _load_replays(self) -> None:
+        try:
+            with open(os.path.join(self.dir, REPLAYS), "rb") as f:
+                self._saved_text = f.read()
+            doc = json.loads(self._saved_text)
+            self.saved = {str(k): {f: int(v[f]) for f in ("start", "threshold", "segment", "offset")}
+                          for k, v in doc.items()}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            self.logger.error("HISTORY(%s): ignoring %s - %s", self.topic_name, REPLAYS, err)
+
+    def save_replays(self) -> None:
+        """Where every replay under way is (every tick and at close): after a crash a replay
+        goes on from its last saved chunk, so it may deliver that chunk twice, never skip."""
+        doc = dict(self.saved)
+        for name, replay in self.replaying.items():
+            doc[name] = replay.state()
+        text = json.dumps(doc, sort_keys=True).encode() if doc else b""
+        if text == self._saved_text:
+            return
+        path = os.path.join(self.dir, REPLAYS)
+        try:
+            if not text:
+                os.unlink(path)
+            else:
+                with open(path + ".tmp", "wb") as f:
+                    f.write(text)
+                os.replace(path + ".tmp", path)
+            self._saved_text = text
+        except FileNotFoundError:
+            self._saved_text = text
+        except OSError as err:
+            self.logger.error("HISTORY(%s): failed to save replay positions - %s",
+                              self.topic_name, err)
+
     def tick(self, now: float) -> None:
         """Periodic: fsync what waits longer than --sync-timeout, then expire."""
+        if self.replaying or self._saved_text:
+            self.save_replays()
         if self.unsynced and self.fd >= 0 and now - self.last_sync >= self.sync_timeout:
             self._sync(background=True)
         if self.retention_ns:
@@ -476,6 +521,7 @@ class Log:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             os.close(ahead[1])
+        self.save_replays()
         if self.fd >= 0:
             try:
                 _fdatasync(self.fd)

@@ -25,19 +25,32 @@ _delay = itemgetter(3)
 
 
 class Replay:
-    def __init__(self, channel: Any, log: Log, start_ts: int) -> None:
+    def __init__(self, channel: Any, log: Log, start_ts: int,
+                 resume: dict[str, int] | None = None) -> None:
         self.channel = channel
+        self.log = log
         self.start_ts = start_ts
-        self.cursor = Cursor(log, *log.position(start_ts))
+        at = (resume["segment"], resume["offset"]) if resume else log.position(start_ts)
+        self.cursor = Cursor(log, *at)
+        self.chunk_at = at  # where the records not yet handed out were read from
         self.pending: list[tuple] = []  # records read, not yet handed out from ``self.next``
         self.next = 0
         self.caught_up = not self._fill()
         # every live message from here on is in the log at or after the first replayed one
-        self.threshold = self.pending[0][2] if self.pending else _time_ns()
+        if resume:
+            self.threshold = resume["threshold"]
+        else:
+            self.threshold = self.pending[0][2] if self.pending else _time_ns()
         self.replayed = 0
+
+    def state(self) -> dict[str, int]:
+        """Where to go on after a restart (records of the current chunk may come twice)."""
+        return {"start": self.start_ts, "threshold": self.threshold,
+                "segment": self.chunk_at[0], "offset": self.chunk_at[1]}
 
     def _fill(self) -> bool:
         while True:
+            self.chunk_at = (self.cursor.sid, self.cursor.offset)
             recs = self.cursor.next()
             if recs is None:
                 return False
@@ -88,12 +101,26 @@ class Replay:
         return out
 
     def finish(self) -> None:
+        """Caught up, or stopped (rewound again, emptied, deleted): nothing to resume."""
         self.cursor.close()
         self.pending = []
+        name = self.channel.name
+        if self.log.replaying.get(name) is self:
+            del self.log.replaying[name]
+        self.log.saved.pop(name, None)
         if self.channel.feeder is self:
             self.channel.feeder = None
 
-    close = finish
+    def close(self) -> None:
+        channel = self.channel
+        if channel.exiting and channel.topic.channels.get(channel.name) is channel:
+            # nsqd is shutting down: the replay goes on from here after the restart
+            self.log.saved[channel.name] = self.state()
+            self.log.replaying.pop(channel.name, None)
+            self.cursor.close()
+            self.pending = []
+            return
+        self.finish()
 
 
 def start_replay(channel: Any, log: Log, start_ts: int) -> Replay:
@@ -107,9 +134,23 @@ def start_replay(channel: Any, log: Log, start_ts: int) -> Replay:
     if channel.backend.depth:
         channel.backend.empty()
     replay = Replay(channel, log, start_ts)
+    _install(channel, log, replay)
+    channel.dispatch()
+    return replay
+
+
+def resume(channel: Any) -> None:
+    """A replay under way when nsqd stopped (or crashed) goes on where it was saved."""
+    log = channel.topic.history
+    saved = log.saved.pop(channel.name, None)
+    if saved is None or channel.feeder is not None:
+        return
+    _install(channel, log, Replay(channel, log, saved["start"], resume=saved))
+
+
+def _install(channel: Any, log: Log, replay: Replay) -> None:
     if not replay.caught_up or replay.pending:
         channel.feeder = replay
-        channel.dispatch()
+        log.replaying[channel.name] = replay
     else:
-        replay.cursor.close()
-    return replay
+        replay.finish()

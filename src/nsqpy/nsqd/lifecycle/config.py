@@ -189,6 +189,10 @@ def apply_channel(channel: "Channel") -> None:
     channel.disk_full_policy = eff["disk_full_policy"]
     channel.requeue_on_disconnect = bool(opts.requeue_on_disconnect)
     refresh_guard(topic, channel)
+    if topic.history is not None and channel.name in topic.history.saved:
+        from ..history.replay import resume  # a replay under way at the last stop goes on
+
+        resume(channel)
 
 
 def uses_lifecycle(channel: "Channel") -> bool:
