@@ -157,3 +157,33 @@ def test_before_oldest_once_expiry_dropped_what_was_asked_for(nsqd_factory):
     assert read(node, topic, f"&from={err['oldest']}") == kept and len(kept) == doc["messages"]
     node = node.restart("--retention-bytes=20000")  # it still knows something was dropped
     assert call(node, "GET", f"/history/read?topic={topic}&from={start // 10**6}")[0] == 400
+
+
+def test_a_large_read_is_streamed_not_held(nsqd_factory):
+    from helpers.proc import rss_kib
+
+    node = nsqd_factory("--retention=1h", "--mem-queue-size=0")
+    topic = unique_name()
+    w = Wire(node.tcp_address, timeout=30)
+    body = b"z" * 1000
+    for _ in range(200):
+        w.mpub(topic, [body] * 500)  # 100,000 messages, ~100 MB of history
+    call(node, "POST", f"/topic/empty?topic={topic}")
+    before = rss_kib(node.pid)
+    import urllib.request
+
+    peak, n, rest = before, 0, b""
+    with urllib.request.urlopen(f"http://{node.http_address}/history/read?topic={topic}",
+                                timeout=60) as resp:
+        while True:
+            chunk = resp.read(1 << 20)
+            if not chunk:
+                break
+            rest += chunk
+            while len(rest) >= 4 and len(rest) >= 4 + int.from_bytes(rest[:4], "big"):
+                rest = rest[4 + int.from_bytes(rest[:4], "big"):]
+                n += 1
+            peak = max(peak, rss_kib(node.pid))
+            time.sleep(0.001)  # a reader a little slower than nsqd
+    assert n == 100_000 and rest == b""
+    assert peak - before < 40 * 1024, f"RSS grew by {(peak - before) / 1024:.0f} MiB"
