@@ -177,12 +177,16 @@ async def _stream(request: Request, cursor: Cursor, frm: int, to: int) -> Any:
     pack = _OUT.pack
     try:
         for recs in cursor:
-            parts = []
+            parts: list[bytes] = []
+            extend = parts.extend
+            last_ts = last_n = -1
+            head = b""
             for mid, body, ts, _delay in recs:
                 if frm <= ts < to:
-                    parts.append(pack(len(body) + 26, ts, 1))
-                    parts.append(mid)
-                    parts.append(body)
+                    n = len(body)
+                    if ts != last_ts or n != last_n:  # (an MPUB's records share one head)
+                        head, last_ts, last_n = pack(n + 26, ts, 1), ts, n
+                    extend((head, mid, body))
             if parts:
                 transport.write(b"".join(parts))
             if transport.is_closing():
