@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import struct
+import threading
 import time
 from array import array
 from itertools import accumulate, repeat
@@ -203,6 +204,7 @@ class Log:
         #: them, so a thousand topics rolling each second do not fsync a thousand times more)
         self._sealed: list[int] = []
         self._ahead: tuple[int, int] | None = None  # (segment id, fd) made by the helper thread
+        self._ahead_lock = threading.Lock()  # the helper thread sets it, the loop takes it
         #: the newest timestamp expiry dropped (0: nothing yet): a point at or before it asks for
         #: messages the log no longer has (BEFORE_OLDEST)
         self.dropped_ts = 0
@@ -262,7 +264,8 @@ class Log:
         (creating a file waits on the file system's journal, which a busy disk makes slow);
         the next one is made ahead now."""
         seg = self.active
-        ahead, self._ahead = self._ahead, None
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == seg.sid:
             self.fd = ahead[1]
         else:
@@ -277,10 +280,17 @@ class Log:
         if self.closed:
             return
         try:
-            self._ahead = (sid, os.open(self.path(sid), os.O_WRONLY | os.O_CREAT, 0o644))
+            fd = os.open(self.path(sid), os.O_WRONLY | os.O_CREAT, 0o644)
         except OSError as err:  # (the append makes it then, or reports the error)
             self.logger.warning("HISTORY(%s): could not make segment %d ahead - %s",
                                 self.topic_name, sid, err)
+            return
+        with self._ahead_lock:  # fast rolls: an older one made ahead and not taken is closed
+            old, self._ahead = self._ahead, (None if self.closed else (sid, fd))
+        if old is not None:
+            os.close(old[1])
+        if self.closed:
+            os.close(fd)
 
     def _roll(self) -> None:
         """Seal the active segment (its summary beside it) and start the next one."""
@@ -537,7 +547,8 @@ class Log:
         if self.closed:
             return
         self.closed = True
-        ahead, self._ahead = self._ahead, None
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
         if ahead is not None:
             os.close(ahead[1])
         self.save_replays()
