@@ -76,7 +76,13 @@ class Channel:
 
     @property
     def depth(self) -> int:
-        return len(self.mem) + self.backend.depth
+        """Queued messages: memory and disk, and what a replay of the topic's history still
+        has to deliver (so /stats, /metrics and readers that wait for depth see a channel
+        created from the past as full, not empty)."""
+        depth = len(self.mem) + self.backend.depth
+        if self.feeder is not None:
+            depth += self.feeder.remaining()
+        return depth
 
     @property
     def in_flight_count(self) -> int:

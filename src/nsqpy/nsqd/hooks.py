@@ -205,6 +205,8 @@ class Feeder(Protocol):
 
     def take(self, n: int) -> list[Msg]: ...
 
+    def remaining(self) -> int: ...  # still to deliver: the channel's depth includes it
+
     def close(self) -> None: ...
 
 

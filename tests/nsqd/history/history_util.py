@@ -8,6 +8,7 @@ import urllib.request
 
 import orjson
 
+from helpers.nsqd_http import stats
 from helpers.wire import Wire
 from nsqpy.protocol.message import decode_message
 
@@ -40,6 +41,12 @@ def read(node, topic: str, query: str = "") -> list:
         pos += 4 + n
     assert pos == len(body)
     return out
+
+
+def channel_stats(node, topic: str, channel: str) -> dict:
+    """One channel's entry in ``/stats``."""
+    t = [t for t in stats(node)["topics"] if t["topic_name"] == topic][0]
+    return [c for c in t["channels"] if c["channel_name"] == channel][0]
 
 
 def error(node, method: str, path: str) -> tuple[int, str]:

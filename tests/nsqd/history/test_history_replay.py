@@ -7,12 +7,11 @@ import time
 
 import pytest
 
-from helpers.nsqd_http import stats
 from helpers.polling import wait_for
 from helpers.servers import unique_name
 from helpers.wire import Wire
 
-from .history_util import call, consume, nothing_more, read
+from .history_util import call, channel_stats, consume, nothing_more, read
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -22,11 +21,6 @@ def _publish(node, topic: str, n: int, prefix: bytes = b"m", batch: int = 100) -
     for i in range(0, n, batch):
         w.mpub(topic, [prefix + b"%06d" % j for j in range(i, min(n, i + batch))])
     w.close()
-
-
-def _channel(node, topic: str, channel: str) -> dict:
-    t = [t for t in stats(node)["topics"] if t["topic_name"] == topic][0]
-    return [c for c in t["channels"] if c["channel_name"] == channel][0]
 
 
 @pytest.mark.parametrize("mem", ["10000", "0"])
@@ -74,7 +68,7 @@ def test_rewind_while_consumers_are_connected(nsqd_factory, mem):
         assert (m.id, m.timestamp) == (by_body[m.body].id, by_body[m.body].timestamp)
         assert m.attempts == 1
     assert nothing_more(a, 0.3) and nothing_more(b, 0.3)
-    wait_for(lambda: _channel(node, topic, "c")["depth"] == 0, what="empty channel")
+    wait_for(lambda: channel_stats(node, topic, "c")["depth"] == 0, what="empty channel")
 
 
 def _drain_two(a: Wire, b: Wire, n: int) -> list:

@@ -33,6 +33,9 @@ class Replay:
         at = (resume["segment"], resume["offset"]) if resume else log.position(start_ts)
         self.cursor = Cursor(log, *at)
         self.chunk_at = at  # where the records not yet handed out were read from
+        # records the cursor has read of the segment it is in (None: it started in the middle
+        # of that segment, at a seek or a resumed position, so the count before it is unknown)
+        self.seg_sid, self.seg_read = at[0], (0 if at[1] == 0 else None)
         self.pending: list[tuple] = []  # records read, not yet handed out from ``self.next``
         self.next = 0
         self.caught_up = not self._fill()
@@ -54,12 +57,39 @@ class Replay:
             recs = self.cursor.next()
             if recs is None:
                 return False
+            if self.cursor.sid != self.seg_sid:  # (a chunk comes from one segment)
+                self.seg_sid, self.seg_read = self.cursor.sid, len(recs)
+            elif self.seg_read is not None:
+                self.seg_read += len(recs)
             start = self.start_ts
             if recs[0][2] < start or recs[-1][2] < start:
                 recs = [r for r in recs if r[2] >= start]
             if recs:
                 self.pending, self.next = recs, 0
                 return True
+
+    def remaining(self) -> int:
+        """How many messages the replay still has to deliver (the channel counts them in its
+        depth): the records read and not handed out, plus the log's records past the cursor,
+        from the segments' counts. Exact, except in the segment where the replay started in
+        the middle (a seek to a time, a resume after a restart): there the records past the
+        cursor are estimated from the bytes left (at least 1 while any are left), and exact
+        again from the next segment on. Records past the cursor older than the replay's start
+        (only where timestamps go back in the log: adopted messages, a clock step) are counted
+        until the replay skips them."""
+        left = max(0, len(self.pending) - self.next)  # (0 once stopped: pending cleared)
+        cursor = self.cursor
+        for seg in self.log.segments:
+            if seg.sid > cursor.sid:
+                left += seg.count
+            elif seg.sid == cursor.sid and cursor.offset < seg.size:
+                if cursor.offset == 0:
+                    left += seg.count
+                elif self.seg_sid == seg.sid and self.seg_read is not None:
+                    left += max(0, seg.count - self.seg_read)
+                else:
+                    left += max(1, seg.count * (seg.size - cursor.offset) // seg.size)
+        return left
 
     def admit(self, msgs: list[tuple]) -> list[tuple]:
         """Of live messages reaching the channel, those the replay does not deliver itself."""
