@@ -31,6 +31,8 @@ import time
 from array import array
 from itertools import accumulate, repeat
 from zlib import crc32
+
+from ...protocol.repeated import RepeatedRecords
 from operator import itemgetter
 from concurrent.futures import Executor
 from typing import Any, Iterator
@@ -40,6 +42,10 @@ BLOCK = struct.Struct(">II")  # length of the block's columns that follow, their
 COUNT = struct.Struct(">II")  # the columns' head: records, DPUB delay ms
 TS = struct.Struct(">q")
 _id, _body, _ts = itemgetter(0), itemgetter(1), itemgetter(2)
+# a block's columns cut in C (bodies: one unpacker per body size met, a bounded few)
+_TSS, _SIZES, _IDS = (RepeatedRecords("q", 256, ">"), RepeatedRecords("I", 256, ">"),
+                      RepeatedRecords("16s", 256))
+_same_size: dict[int, RepeatedRecords] = {}
 SEGMENT_BYTES = 64 << 20  # a segment rolls past this (smaller with a small --retention-bytes)
 MIN_SEGMENT_BYTES = 4096
 MIN_ROLL_NS = 1_000_000_000
@@ -116,18 +122,30 @@ class Segment:
 
 def parse_block(data: bytes, out: list) -> None:
     """Append the records of one block's payload to ``out`` as ``(id, body, ts, delay_ms)``
-    (with no delay, the very tuple a channel queues: ``(id, body, ts, attempts 0)``). Columns
-    are cut with ``map`` over slices: no Python loop per record."""
+    (with no delay, the very tuple a channel queues: ``(id, body, ts, attempts 0)``). Each
+    column is cut by ``struct`` in C: no Python loop per record."""
     n, delay = COUNT.unpack_from(data, 0)
-    tpos = COUNT.size
-    spos = tpos + 8 * n
+    spos = COUNT.size + 8 * n
     ipos = spos + 4 * n
     bpos = ipos + 16 * n
-    tss = struct.unpack_from(f">{n}q", data, tpos)
-    starts = list(accumulate(struct.unpack_from(f">{n}I", data, spos), initial=bpos))
-    get = data.__getitem__
-    ids = map(get, map(slice, range(ipos, bpos, 16), range(ipos + 16, bpos + 16, 16)))
-    bodies = map(get, map(slice, starts, starts[1:]))
+    tss: list = []
+    _TSS.unpack_into(tss, data, COUNT.size, n)
+    sizes: list = []
+    _SIZES.unpack_into(sizes, data, spos, n)
+    ids: list = []
+    _IDS.unpack_into(ids, data, ipos, n)
+    size = sizes[0]
+    if sizes.count(size) == n:  # one size (an MPUB's usual case): one unpacker for the bodies
+        unpacker = _same_size.get(size)
+        if unpacker is None:
+            if len(_same_size) > 64:
+                _same_size.clear()
+            unpacker = _same_size[size] = RepeatedRecords(f"{size}s", 64)
+        bodies: list = []
+        unpacker.unpack_into(bodies, data, bpos, n)
+    else:
+        starts = list(accumulate(sizes, initial=bpos))
+        bodies = list(map(data.__getitem__, map(slice, starts, starts[1:])))
     out += zip(ids, bodies, tss, repeat(delay, n))
 
 
