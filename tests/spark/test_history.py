@@ -60,9 +60,7 @@ def test_batch_without_history_fails_naming_the_nsqd(spark, nsqd_factory, upstre
         assert f"nsqd http://{node.http_address} keeps no history" in text and "--retention" in text, text[-2000:]
 
 
-@pytest.mark.parametrize("mode", ["driver", pytest.param("executor", marks=pytest.mark.xfail(
-    strict=True, reason="nsqd's /stats shows a replaying channel's depth as 0 (only what is queued): the "
-    "executor-side planner, which plans a batch when depth > 0, never starts; asked of core (#33)"))])
+@pytest.mark.parametrize("mode", ["driver", "executor"])
 def test_streaming_starts_at_earliest(spark, nsqd_factory, tmp_path, mode):
     """50k messages were published (and consumed by another channel) before the query existed:
     with startingPosition=earliest its new channel gets them all from the history."""
