@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import struct
-import threading
 import time
 from array import array
 from itertools import accumulate, repeat
@@ -202,11 +201,14 @@ class Log:
 
     def __init__(self, data_path: str, topic_name: str, retention_ns: int, retention_bytes: int,
                  sync_every: int, sync_timeout: float, logger: logging.Logger,
-                 executor: Executor) -> None:
+                 executor: Executor, ahead: Executor | None = None) -> None:
         self.dir = os.path.join(data_path, f"{topic_name}.history")
         self.topic_name = topic_name
         self.logger = logger
         self.executor = executor
+        #: where segment files are made ahead: a thread of its own, so that a roll does not find
+        #: its file still queued behind fsyncs (and then make it on the event loop)
+        self.ahead = ahead if ahead is not None else executor
         self.sync_every = max(1, sync_every)
         self.sync_timeout = sync_timeout
         self.retention_ns = self.retention_bytes = 0
@@ -221,8 +223,9 @@ class Log:
         #: (a roll adds no fsync of its own: the sync every N messages or --sync-timeout covers
         #: them, so a thousand topics rolling each second do not fsync a thousand times more)
         self._sealed: list[int] = []
-        self._ahead: tuple[int, int] | None = None  # (segment id, fd) made by the helper thread
-        self._ahead_lock = threading.Lock()  # the helper thread sets it, the loop takes it
+        #: segment files made ahead by the helper thread, by id: it adds, the loop pops (each a
+        #: single dict operation, atomic under the GIL: no lock for the loop to wait on)
+        self._made: dict[int, int] = {}
         #: the newest timestamp expiry dropped (0: nothing yet): a point at or before it asks for
         #: messages the log no longer has (BEFORE_OLDEST)
         self.dropped_ts = 0
@@ -282,17 +285,15 @@ class Log:
         (creating a file waits on the file system's journal, which a busy disk makes slow);
         the next one is made ahead now."""
         seg = self.active
-        with self._ahead_lock:
-            ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] == seg.sid:
-            self.fd = ahead[1]
-        else:
-            if ahead is not None:
-                os.close(ahead[1])
-            self.fd = os.open(self.path(seg.sid), os.O_WRONLY | os.O_CREAT, 0o644)
+        made = self._made
+        fd = made.pop(seg.sid, None)
+        for sid in list(made):  # made for a segment that fast rolls went past
+            if sid < seg.sid:
+                os.close(made.pop(sid))
+        self.fd = fd if fd is not None else os.open(self.path(seg.sid), os.O_WRONLY | os.O_CREAT, 0o644)
         if seg.size == 0 and self.sync_every <= 1:  # its name must be on disk before an OK
             self._fsync_dir()  # (with N > 1 the segment's first fdatasync carries it on ext4)
-        self.executor.submit(self._make_ahead, seg.sid + 1)
+        self.ahead.submit(self._make_ahead, seg.sid + 1)
 
     def _make_ahead(self, sid: int) -> None:
         if self.closed:
@@ -303,12 +304,11 @@ class Log:
             self.logger.warning("HISTORY(%s): could not make segment %d ahead - %s",
                                 self.topic_name, sid, err)
             return
-        with self._ahead_lock:  # fast rolls: an older one made ahead and not taken is closed
-            old, self._ahead = self._ahead, (None if self.closed else (sid, fd))
-        if old is not None:
-            os.close(old[1])
-        if self.closed:
-            os.close(fd)
+        self._made[sid] = fd
+        if self.closed:  # closed meanwhile: whichever of close() and this pops it closes it
+            fd = self._made.pop(sid, None)
+            if fd is not None:
+                os.close(fd)
 
     def _roll(self) -> None:
         """Seal the active segment (its summary beside it) and start the next one."""
@@ -565,10 +565,10 @@ class Log:
         if self.closed:
             return
         self.closed = True
-        with self._ahead_lock:
-            ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            os.close(ahead[1])
+        for sid in list(self._made):
+            fd = self._made.pop(sid, None)
+            if fd is not None:
+                os.close(fd)
         self.save_replays()
         for fd in self._sealed:
             try:

@@ -21,8 +21,10 @@ class History:
 
     def __init__(self, nsqd: "NSQD") -> None:
         self.nsqd = nsqd
-        # two threads: a file made ahead need not wait behind a slow fsync
+        # two threads for fsyncs, removals and indexes, and one that only makes segment files
+        # ahead: a roll must find its file made, not queued behind a thousand topics' fsyncs
         self.executor = ThreadPoolExecutor(2, thread_name_prefix="history")
+        self.ahead = ThreadPoolExecutor(1, thread_name_prefix="history-ahead")
         nsqd.keep_task(nsqd.loop.create_task(self._tick_loop()))
 
     def retain(self, topic: Any, retention_ns: int, retention_bytes: int) -> None:
@@ -37,7 +39,8 @@ class History:
         if log is None:
             opts = self.nsqd.options
             topic.history = Log(self.nsqd.data_path, topic.name, retention_ns, retention_bytes,
-                                opts.sync_every, opts.sync_timeout, self.nsqd.logger, self.executor)
+                                opts.sync_every, opts.sync_timeout, self.nsqd.logger, self.executor,
+                                self.ahead)
         else:
             log.configure(retention_ns, retention_bytes)
             log.expire(time.time_ns())
