@@ -10,7 +10,7 @@ import pytest
 
 from helpers.servers import unique_name
 
-from spark.nsq_spark_util import channel_stats, create_channel, publish_n, stats, wait_until
+from spark.nsq_spark_util import channel_stats, create_channel, publish_n, start_to_end, stats, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -93,6 +93,34 @@ def test_streaming_starts_at_earliest(spark, nsqd_factory, tmp_path, mode):
     bodies = [bytes(r.body) for r in spark.read.parquet(str(out)).select("body").collect()]
     assert len(bodies) == n and set(bodies) == set(expected)
     assert channel_stats(nsqd.http_address, topic, "other")["depth"] == n  # untouched
+
+
+@pytest.mark.parametrize("mode", ["driver", "executor"])
+def test_a_query_from_earliest_ends_once_the_history_is_read(spark, nsqd_factory, tmp_path, mode):
+    """availableNow (PySpark >= 4.2) or stop_when_drained (4.0, 4.1) over a channel created from
+    the history: the replay still to deliver is in the channel's depth, so the query ends only
+    after all of it, each message once."""
+    nsqd = nsqd_factory("--retention=1h", *(["--leases"] if mode == "executor" else []))
+    topic, n = unique_name("early_end"), 20_000
+    create_channel(nsqd.http_address, topic, "other")
+    expected = publish_n(nsqd.tcp_address, topic, n, chunk=5000)
+    df = (spark.readStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address)
+          .option("nsqd_http_addresses", nsqd.http_address).option("topic", topic)
+          .option("channel", "spark").option("mode", mode).option("startingPosition", "earliest")
+          .option("maxBatchSize", 5000).load())
+    assert channel_stats(nsqd.http_address, topic, "spark")["depth"] == n
+    out = tmp_path / "out"
+    query = start_to_end(df.writeStream.format("parquet").option("path", str(out))
+                         .option("checkpointLocation", str(tmp_path / "ckpt")),
+                         nsqd.http_address, topic)
+    try:
+        assert query.awaitTermination(180), "the query did not end"
+    finally:
+        query.stop()
+    assert query.exception() is None
+    bodies = [bytes(r.body) for r in spark.read.parquet(str(out)).select("body").collect()]
+    assert len(bodies) == n and set(bodies) == set(expected)
+    assert channel_stats(nsqd.http_address, topic, "spark")["depth"] == 0
 
 
 def _rows(spark, out) -> int:
