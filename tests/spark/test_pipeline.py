@@ -35,6 +35,10 @@ def test_pipeline_with_nsq_to_file_archive_on_two_nsqd(spark, tmp_path):
     assert report["ok"], report
     assert report["metrics"]["stream_clicks"] == report["metrics"]["batch_clicks"] == events
     assert report["spam_users_detected"] == report["spam_users_generated"]
+    # nsqd's own history (its --retention) gives the same metrics as the archive and the stream
+    history = report["history"]
+    assert history["agree_with_archive"] and history["agree_with_stream"], history
+    assert history["history_clicks"] == events
     stream = ClickStream(events)  # and both equal the ground truth from the generator itself
     assert metrics_from_parquet(spark, cfg.metrics, stream) == expected_counts(stream)
     files = list((tmp_path / "out" / "archive").iterdir())

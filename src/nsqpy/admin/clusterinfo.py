@@ -278,11 +278,13 @@ class ClusterInfo:
         return errors + await self.producers_post(found.value, "channel/delete", qs)
 
     async def topic_channel_action(self, topic: str, channel: str, action: str,
-                                   lookupds: list[str], nsqds: list[str]) -> list[str]:
-        """``action`` is pause, unpause or empty; sent to every nsqd producing the topic."""
+                                   lookupds: list[str], nsqds: list[str], extra: str = "") -> list[str]:
+        """``action`` is pause, unpause or empty (or a channel's rewind, ``extra`` its ``&to=``);
+        sent to every nsqd producing the topic."""
         found = await self.topic_producers(topic, lookupds, nsqds)
         if channel:
-            uri, qs = f"channel/{action}", f"topic={qs_escape(topic)}&channel={qs_escape(channel)}"
+            uri = f"channel/{action}"
+            qs = f"topic={qs_escape(topic)}&channel={qs_escape(channel)}{extra}"
         else:
             uri, qs = f"topic/{action}", f"topic={qs_escape(topic)}"
         return found.errors + await self.producers_post(found.value, uri, qs)

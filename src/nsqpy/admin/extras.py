@@ -21,6 +21,27 @@ _LARGEST = frozenset({"lease_oldest_ms"})
 REPLICATION_KEYS = ("replication", "replicas")
 
 
+def read_history(raw: dict[str, Any]) -> dict[str, int] | None:
+    """A topic's retained history on one nsqd (its ``history`` key, docs/history.md), or None
+    for a topic without retention (and every topic of upstream's nsqd)."""
+    h = raw.get("history")
+    if not isinstance(h, dict):
+        return None
+    return {k: int(h.get(k) or 0) for k in ("messages", "bytes", "segments", "oldest_timestamp")}
+
+
+def add_history(mine: dict[str, int] | None, theirs: dict[str, int] | None) -> dict[str, int] | None:
+    """Summed over nodes; the oldest is the oldest any node retains (0: none)."""
+    if theirs is None:
+        return mine
+    if mine is None:
+        return dict(theirs)
+    out = {k: mine[k] + theirs[k] for k in ("messages", "bytes", "segments")}
+    olds = [t for t in (mine["oldest_timestamp"], theirs["oldest_timestamp"]) if t]
+    out["oldest_timestamp"] = min(olds) if olds else 0
+    return out
+
+
 def read_lifecycle(raw: dict[str, Any]) -> dict[str, int]:
     """The lifecycle and lease counters one nsqd reported for a topic or channel (often none)."""
     return {k: int(raw[k]) for k in LIFECYCLE_KEYS + LEASE_KEYS if k in raw}

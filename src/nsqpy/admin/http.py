@@ -32,7 +32,7 @@ from ..common.goweb import ApiError, go_json
 from ..common.prometheus import http_response as metrics_response
 from ..protocol.names import is_valid_name
 from .body import decode_body
-from .clusterinfo import ClusterInfo, UpstreamError
+from .clusterinfo import ClusterInfo, UpstreamError, qs_escape
 from .graphite import Graphite
 from .live import LiveSampler, live_document
 from .metrics import render as render_metrics
@@ -384,13 +384,18 @@ class HTTPServer:
 
     async def _action(self, request: web.Request, topic: str, channel: str) -> web.Response:
         self.require_admin(request)
-        action = (await self._body(request, ("action",)))["action"]
-        if action not in ACTIONS:
+        action, extra = (await self._body(request, ("action",)))["action"], ""
+        if action == "rewind" and channel:  # nsqd's history (docs/history.md): point it at `to`
+            to = (await self._body(request, ("action", "to")))["to"]
+            if not to:
+                raise ApiError(400, "MISSING_ARG_TO")
+            extra = f"&to={qs_escape(to)}"
+        elif action not in ACTIONS:
             raise ApiError(400, "INVALID_ACTION")
         try:
             errors = await self.ci.topic_channel_action(
                 topic, channel, action, self.opts.lookupd_http_address,
-                self.opts.nsqd_http_address)
+                self.opts.nsqd_http_address, extra)
         except UpstreamError as err:
             self.notify(f"{action}_{'channel' if channel else 'topic'}", topic, channel, "",
                         request)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..common.addr import join_host_port, split_host_port
-from .extras import add_lifecycle, read_lifecycle
+from .extras import add_history, add_lifecycle, read_history, read_lifecycle
 
 
 def _go_number(value: float) -> float | int:
@@ -300,6 +300,7 @@ class TopicStats:
         self.topic_name = topic
         self.counts = dict.fromkeys(_TOPIC_COUNTS, 0)
         self.lifecycle: dict[str, int] = {}
+        self.history: dict[str, int] | None = None  # nsqd's history (docs/history.md), if kept
         self.nodes: list[TopicStats] | None = None
         self.channels: list[ChannelStats] | None = None
         self.paused = False
@@ -313,6 +314,7 @@ class TopicStats:
             t.counts[key] = int(raw.get(key, 0))
         t.counts["memory_depth"] = t.counts["depth"] - t.counts["backend_depth"]
         t.lifecycle = read_lifecycle(raw)
+        t.history = read_history(raw)
         channels = raw.get("channels")
         if channels is not None:
             t.channels = [ChannelStats.from_nsqd(c, node, producer, t.topic_name, now)
@@ -329,6 +331,7 @@ class TopicStats:
         for key in self.counts:
             self.counts[key] += other.counts[key]
         add_lifecycle(self.lifecycle, other.lifecycle)
+        self.history = add_history(self.history, other.history)
         self.paused = self.paused or other.paused
         for theirs in other.channels or ():
             mine = next((c for c in self.channels or () if c.channel_name == theirs.channel_name),
@@ -352,6 +355,8 @@ class TopicStats:
                            if self.channels is not None else None)
         out["paused"] = self.paused
         out["e2e_processing_latency"] = self.e2e.to_json() if self.e2e is not None else None
+        if self.history is not None:  # only for a topic some nsqd keeps history of
+            out["history"] = self.history
         return out
 
 

@@ -18,6 +18,7 @@ import heapq
 import itertools
 import time
 from collections import deque
+from typing import Any
 from itertools import repeat, starmap
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
@@ -67,13 +68,21 @@ class Channel:
         self.msg_ttl_ns = 0
         self.max_disk_bytes = 0
         self.requeue_on_disconnect = False
+        # a replay of the topic's history under way (hooks.Feeder), set by history/
+        self.feeder: Any = None
         nsqd.lifecycle.channel_created(self)
 
     # --- depth ---------------------------------------------------------------------------------
 
     @property
     def depth(self) -> int:
-        return len(self.mem) + self.backend.depth
+        """Queued messages: memory and disk, and what a replay of the topic's history still
+        has to deliver (so /stats, /metrics and readers that wait for depth see a channel
+        created from the past as full, not empty)."""
+        depth = len(self.mem) + self.backend.depth
+        if self.feeder is not None:
+            depth += self.feeder.remaining()
+        return depth
 
     @property
     def in_flight_count(self) -> int:
@@ -158,6 +167,10 @@ class Channel:
                         self._defer(_monotonic() + (due_ns - now_ns) / 1e9, msg)
                         continue
                     out.append(msg)
+        if len(out) < n and self.feeder is not None:
+            fed = self.feeder.take(n - len(out))
+            took += len(fed)
+            out += fed
         return out if took else None
 
     def dispatch(self) -> None:
@@ -166,7 +179,7 @@ class Channel:
         n = len(clients)
         if not n or self.paused or self.exiting or self.nsqd.holding_delivery:
             return
-        if not self.mem and not self.backend.depth:
+        if not self.mem and not self.backend.depth and self.feeder is None:
             return
         start = self._rr % n
         self._rr = start + 1
@@ -392,6 +405,8 @@ class Channel:
 
     def empty(self) -> None:
         """Drop queued, deferred and in-flight messages; consumers stay connected."""
+        if self.feeder is not None:  # a replay under way stops too
+            self.feeder.close()
         self.mem.clear()
         self.deferred.clear()
         self._clear_orphans()
@@ -405,6 +420,8 @@ class Channel:
     def close(self, flush: bool) -> None:
         """Stop the channel; with ``flush``, persist memory, in-flight and deferred messages."""
         self.exiting = True
+        if self.feeder is not None:
+            self.feeder.close()
         for client in list(self.clients):
             client.close_connection()
         if flush and not self.ephemeral:
@@ -447,6 +464,8 @@ class Channel:
     def delete(self) -> None:
         self.nsqd.logger.info("CHANNEL(%s): deleting", self.name)
         self.exiting = True
+        if self.feeder is not None:
+            self.feeder.close()
         for client in list(self.clients):
             client.in_flight.clear()
             client.close_connection()

@@ -2,7 +2,8 @@
 
 The core (``NSQD``, ``Topic``, ``Channel``) never imports a feature. A feature that needs to act
 inside a message path registers an object on the ``NSQD`` at start-up (``nsqd.lifecycle``,
-``nsqd.replicator``, ``nsqd.replicas``, ``nsqd.auth``, ``nsqd.leases``) or appends to one of its lists
+``nsqd.replicator``, ``nsqd.replicas``, ``nsqd.auth``, ``nsqd.leases``, ``nsqd.history``) or
+sets one on a topic or channel (``topic.history``, ``channel.feeder``) or appends to one of its lists
 (``nsqd.http_routes``); the core calls it through the small protocols below, and only when the
 feature is on (a plain attribute test on the hot paths). So the arrows point from the features
 to the core, and a reader of the core sees here everything a feature can change.
@@ -72,6 +73,7 @@ class Host(Protocol):
     lifecycle: "Lifecycle"
     replicator: "Replication | None"
     leases: Any  # nsqd.leases.registry.Leases with --leases, else None
+    history: Any  # nsqd.history.room.History once a topic keeps history, else None
     holding_delivery: bool
     #: channels with consumers, orphaned or deferred messages: what nsqd's 100 ms scan visits
     #: (a channel adds itself when it gets such work; the scan drops it once it has none)
@@ -180,6 +182,35 @@ class Replication(Protocol):
     def acked(self) -> Any: ...  # None, or an awaitable whose result False means "no copy"
 
     def stats(self) -> dict: ...
+
+
+class History(Protocol):
+    """A topic's retained log (``topic.history``; ``nsqd.history``, docs/history.md). Every
+    publish the topic accepts is appended before it is fanned out; an OSError refuses the
+    publish (E_*PUB_FAILED, HTTP 500) and leaves the log as it was."""
+
+    def append(self, msgs: list[Msg], delay_ms: int = 0) -> None: ...
+
+    def stats(self) -> dict[str, int]: ...  # the topic's "history" key in /stats
+
+    def close(self) -> None: ...
+
+    def delete(self) -> None: ...
+
+
+class Feeder(Protocol):
+    """A channel's replay of its topic's history (``channel.feeder``; history/replay.py): the
+    channel takes retained messages from it once its own queue is empty, and while it is set
+    the topic hands the channel only the messages it ``admit``s (the replay delivers the
+    others, which the history kept). It unsets itself once it has caught up with the log."""
+
+    def admit(self, msgs: list[Msg]) -> list[Msg]: ...
+
+    def take(self, n: int) -> list[Msg]: ...
+
+    def remaining(self) -> int: ...  # still to deliver: the channel's depth includes it
+
+    def close(self) -> None: ...
 
 
 #: ``nsqd.http_routes``: each entry is called with the HTTP API object and returns its extra

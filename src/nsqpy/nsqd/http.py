@@ -145,8 +145,14 @@ class NsqdHTTP:
         for route in routes:
             self.router.add(route.method, route.path, self._endpoint(route))
         self._static = self.router.static
+        nsqd.http_apps.append(self)
         self._unrouted = Endpoint(self._guard(self._unrouted_answer, None))
         self._tls_required = Endpoint(self._tls_required_answer)
+
+    def add_routes(self, provider: Any) -> None:
+        """A feature turned on while the listener runs (history: a topic's setting)."""
+        for route in provider(self):
+            self.router.add(route.method, route.path, self._endpoint(route))
 
     # --- routing --------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import sys
 from ..common import daemon
 from ..common.flags import FlagError, FlagSet, reject_unimplemented
 from ..common.log import make_logger
+from .history.options import history_flags, validate_history
 from .leases.options import lease_flags, validate_leases
 from .lifecycle.options import lifecycle_flags, validate_lifecycle
 from .options import Options, check_options, normalize_argv, start_up_errors, upstream_flagset
@@ -26,7 +27,8 @@ from .stats.prometheus import metrics_flags
 
 def build_flagset() -> FlagSet:
     fs = upstream_flagset()
-    fs.add(*replication_flags(), *metrics_flags(), *lifecycle_flags(), *lease_flags())
+    fs.add(*replication_flags(), *metrics_flags(), *lifecycle_flags(), *lease_flags(),
+           *history_flags())
     return fs
 
 
@@ -42,6 +44,7 @@ def parse_options(argv: list[str]) -> Options:
     check_options(values, explicit)
     validate_lifecycle(values, explicit)
     validate_leases(values)
+    validate_history(values)
     validate_replication(values, explicit)
     return Options(values, explicit)
 

@@ -93,6 +93,8 @@ class NSQD:
         self.replicator: Replication | None = None  # with --replicate-to (replication/origin.py)
         self.replicas: Any = None  # replication.peer.ReplicaHost with --accept-replicas
         self.leases: Any = None  # leases.registry.Leases with --leases (docs/leases.md)
+        self.history: Any = None  # history.room.History once a topic keeps history
+        self.http_apps: list[Any] = []  # the HTTP(S) listeners' APIs (a late feature adds routes)
         #: a returning replicating origin delivers nothing until it has reconciled with its peer
         self.holding_delivery = False
         self.lookup = LookupdPeers(options.lookupd_tcp_address, self.lookupd_identity,

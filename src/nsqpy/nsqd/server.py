@@ -18,6 +18,7 @@ from .. import version_string
 from ..common.addr import is_unix_socket, listen_socket, listener_name
 from .http import start_http
 from .lifecycle.controls import install as install_lifecycle
+from .history.install import install_history
 from .leases.install import install_leases
 from .lifecycle.drain import install_drain_signal
 from .nsqd import NSQD
@@ -57,6 +58,7 @@ class Server:
         nsqd.open()
         install_lifecycle(nsqd)
         install_leases(nsqd)
+        install_history(nsqd)
         if opts.replicate_to or opts.accept_replicas:
             from .replication.setup import setup_replication
 

@@ -48,6 +48,8 @@ class Topic:
         # ``guard`` runs before every publish when a drain or a rejecting bound needs it
         self.guard: Callable[[Topic], None] | None = None
         self.max_disk_bytes = 0
+        # the retained log (hooks.History) when the topic keeps history, set by history/
+        self.history: Any = None
         nsqd.lifecycle.topic_created(self)
 
     @property
@@ -63,10 +65,13 @@ class Topic:
         """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED)."""
         if self.guard is not None:
             self.guard(self)  # a drain, a full bounded queue: raises PublishRefused
+        if self.history is not None:
+            self._keep(msgs, 0)
         held = not (self._flowing() and not self.mem and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
-                channel.put_many(msgs)
+                # a channel replaying the history gets from it what the history kept
+                channel.put_many(msgs if channel.feeder is None else channel.feeder.admit(msgs))
         else:
             self._enqueue(msgs)
             self._schedule_pump()
@@ -78,11 +83,14 @@ class Topic:
     def put_deferred(self, msg: Msg, delay: float) -> None:
         if self.guard is not None:
             self.guard(self)
+        if self.history is not None:
+            self._keep([msg], int(delay * 1000))
         due = _monotonic() + delay
         held = not (self._flowing() and not self.mem and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
-                channel.put_deferred(msg, due)
+                if channel.feeder is None or channel.feeder.admit([msg]):
+                    channel.put_deferred(msg, due)
         else:
             self._enqueue([msg + (due,)])
             self._schedule_pump()
@@ -90,6 +98,16 @@ class Topic:
             self.nsqd.replicator.published(self, [msg], held, time.time_ns() + int(delay * 1e9))
         self.message_count += 1
         self.message_bytes += len(msg[1])
+
+    def _keep(self, msgs: list[Msg], delay_ms: int) -> None:
+        """Into the history first: a publish it cannot keep is refused, not delivered."""
+        try:
+            self.history.append(msgs, delay_ms)
+        except OSError as err:
+            self.nsqd.set_health_error(err)
+            raise
+        if self.nsqd.health_error is not None:
+            self.nsqd.set_health_ok()
 
     def _enqueue(self, items: list[tuple]) -> None:
         mem = self.mem
@@ -160,12 +178,13 @@ class Topic:
         for channel in list(self.channels.values()):
             try:
                 if plain:
-                    channel.put_many(plain)
+                    channel.put_many(plain if channel.feeder is None else channel.feeder.admit(plain))
             except OSError as err:
                 self.nsqd.logger.error("topic(%s): failed to put to channel(%s) - %s",
                                        self.name, channel.name, err)
             for it in deferred:
-                channel.put_deferred(it[:4], it[4])
+                if channel.feeder is None or channel.feeder.admit([it[:4]]):
+                    channel.put_deferred(it[:4], it[4])
         if self.nsqd.replicator is not None and batch and not self.ephemeral:
             self.nsqd.replicator.pumped(self, [it[0] for it in batch])
         self._schedule_pump()
@@ -262,6 +281,8 @@ class Topic:
             self.backend.close()
         except OSError as err:
             self.nsqd.logger.error("topic(%s): failed to close - %s", self.name, err)
+        if self.history is not None:
+            self.history.close()
 
     def delete(self) -> None:
         self.exiting = True
@@ -272,5 +293,8 @@ class Topic:
         self.mem.clear()
         self.backend.delete()
         self.nsqd.save_deferred_due(self.name, {})
+        if self.history is not None:
+            self.history.delete()
+            self.history = None
 
 

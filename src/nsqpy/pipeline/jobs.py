@@ -7,6 +7,8 @@ Topology (one nsqd topic, three channels: NSQ copies every message to each chann
                                +-- metrics        -> metrics_query  -> Parquet (per-minute counts)
                                +-- spam_analysis  -> spam_query     -> nsq sink -> alerts
     archive --> batch_metrics / batch_spam (Spark batch) reproduce the streaming results
+    clicks' history in nsqd (--retention) --> history_metrics (spark.read.format("nsq")), the
+                                            same recomputation without any archive
 
 Delivery is at-least-once end to end, so every job deduplicates on the producer's
 ``event_id`` (``dropDuplicatesWithinWatermark`` in the streaming jobs, ``dropDuplicates`` in
@@ -200,6 +202,38 @@ def batch_spam(spark: Any, cfg: PipelineConfig, fmt: str = "parquet") -> Any:
     return spam_alerts(batch_events(spark, cfg.archive, fmt), cfg)
 
 
+def history_events(spark: Any, cfg: PipelineConfig) -> Any:
+    """Every event once, from what nsqd itself retained of ``clicks`` (the batch source,
+    docs/history.md): no archive involved. Fails, naming the nsqd, when one keeps no history."""
+    reader = spark.read.format("nsq").option("topic", cfg.topic)
+    if cfg.lookupd_http:
+        reader = reader.option("lookupd_http_addresses", ",".join(cfg.lookupd_http))
+    if cfg.nsqd_http:
+        reader = reader.option("nsqd_http_addresses", ",".join(cfg.nsqd_http))
+    return parse_clicks(reader.load()).dropDuplicates(["event_id"])
+
+
+def history_metrics(spark: Any, cfg: PipelineConfig) -> Any:
+    return metrics_counts(history_events(spark, cfg), cfg)
+
+
+def compare_history(spark: Any, cfg: PipelineConfig, fmt: str = "parquet") -> dict[str, Any]:
+    """The metrics recomputed from nsqd's history, against the streaming Parquet and against the
+    recomputation from the archive (nsq_to_file's files or the Spark archive)."""
+    history = {tuple(r) for r in history_metrics(spark, cfg).select(*METRICS_COLUMNS).collect()}
+    archive = {tuple(r) for r in batch_metrics(spark, cfg, fmt).select(*METRICS_COLUMNS).collect()}
+    stream = {tuple(r) for r in spark.read.parquet(cfg.metrics).select(*METRICS_COLUMNS).collect()}
+    return {
+        "agree": history == archive == stream,
+        "agree_with_archive": history == archive,
+        "agree_with_stream": history == stream,
+        "history_rows": len(history),
+        "history_clicks": sum(r[-1] for r in history),
+        "only_history": sorted(history - archive)[:5],
+        "only_archive": sorted(archive - history)[:5],
+    }
+
+
 def compare_metrics(spark: Any, cfg: PipelineConfig, fmt: str = "parquet") -> dict[str, Any]:
     """Streaming Parquet vs the batch recomputation from the archive."""
     batch = {tuple(r) for r in batch_metrics(spark, cfg, fmt).select(*METRICS_COLUMNS).collect()}
@@ -261,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     add_common_args(ap)
     ap.add_argument("--available-now", action="store_true", help="drain the backlog, then stop")
     ap.add_argument("--archive-format", default="parquet", choices=["parquet", "text"])
+    ap.add_argument("--history", action="store_true",
+                    help="batch: also recompute from nsqd's history (nsqd with --retention)")
     args = ap.parse_args(argv)
     cfg = config_from_args(args)
 
@@ -275,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         spam = sorted(tuple(r) for r in batch_spam(spark, cfg, args.archive_format).collect())
         print(f"batch vs streaming metrics: {result}")
         print(f"spam alerts recomputed from the archive: {spam}")
+        if args.history:
+            history = compare_history(spark, cfg, args.archive_format)
+            print(f"history vs archive vs streaming metrics: {history}")
+            result["agree"] = result["agree"] and history["agree"]
         return 0 if result["agree"] else 1
     start = {"archive": archive_query, "metrics": metrics_query, "spam": spam_query}[args.job]
     query = start(spark, cfg, args.available_now)

@@ -14,7 +14,11 @@
    committed by Spark, or fsynced by nsq_to_file, and FINished), stops nsq_to_file (its
    files are closed and moved into the archive), recomputes the metrics and the spam alerts from the
    archive with a batch job, and waits until the streaming Parquet agrees with it;
-6. reads the alerts back from NSQ, compares them with the batch result, prints a report
+6. recomputes the metrics a second time from NSQ's own history of ``clicks`` (its nsqd keep
+   it, ``--retention``) with the batch source ``spark.read.format("nsq")``, and compares that
+   with both the archive's recomputation and the streaming result (``--retention 0``, or a
+   cluster of your own without history, leaves this step out and says so in the report);
+7. reads the alerts back from NSQ, compares them with the batch result, prints a report
    and exits 0 only if everything agrees.
 """
 
@@ -37,7 +41,10 @@ from typing import Any
 import orjson
 
 from .events import ClickStream
-from .jobs import PipelineConfig, add_common_args, archive_query, batch_spam, compare_metrics, config_from_args, metrics_query, spam_query
+from .jobs import (
+    PipelineConfig, add_common_args, archive_query, batch_spam, compare_history, compare_metrics,
+    config_from_args, metrics_query, spam_query,
+)
 from .producer import lookupd_nodes, publish_clicks
 
 CHANNELS = ("archive", "metrics", "spam_analysis")
@@ -67,7 +74,7 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 15.0) -
 class LocalCluster:
     """nsqlookupd + ``nodes`` nsqd as subprocesses on free loopback ports, stopped by PID."""
 
-    def __init__(self, root: Path, nodes: int = 1) -> None:
+    def __init__(self, root: Path, nodes: int = 1, retention: str = "24h") -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.root = root
         bindir = Path(sys.executable).parent
@@ -86,7 +93,8 @@ class LocalCluster:
                 self._start([str(bindir / "nsqd"), f"--tcp-address=127.0.0.1:{tcp}",
                              f"--http-address=127.0.0.1:{http}", f"--data-path={data}",
                              "--broadcast-address=127.0.0.1", f"--lookupd-tcp-address=127.0.0.1:{ltcp}",
-                             "--leases"],  # so the Spark source reads on the executors
+                             "--leases",  # so the Spark source reads on the executors
+                             *([f"--retention={retention}"] if retention not in ("", "0") else [])],
                             f"http://127.0.0.1:{http}/ping", root / f"nsqd{i}.log")
                 self.nsqd.append((f"127.0.0.1:{tcp}", f"127.0.0.1:{http}"))
         except BaseException:
@@ -230,6 +238,7 @@ def run_pipeline(
     seed: int = 7,
     timeout: float = 600.0,
     archive: str = "nsq_to_file",
+    retention: str = "24h",
 ) -> dict[str, Any]:
     """Run everything (see the module docstring); returns the report (``report["ok"]``).
 
@@ -246,7 +255,7 @@ def run_pipeline(
     deadline = started + timeout
     try:
         if not cfg.lookupd_http and not cfg.nsqd_tcp:
-            cluster = LocalCluster(Path(cfg.out) / "cluster", nsqd_nodes)
+            cluster = LocalCluster(Path(cfg.out) / "cluster", nsqd_nodes, retention)
             cfg.lookupd_http = [cluster.lookupd_http]
             _log(f"local cluster: nsqlookupd http {cluster.lookupd_http}, nsqd {[t for t, _ in cluster.nsqd]}")
             nodes = [{"tcp": t, "http": h} for t, h in cluster.nsqd]
@@ -304,6 +313,13 @@ def run_pipeline(
         _until(agree, deadline, "streaming metrics to agree with the batch job", interval=2.0)
         _log(f"metrics: streaming and batch agree ({result['stream_rows']} rows, {result['stream_clicks']} clicks)")
 
+        history = _history_comparison(spark, cfg, fmt, retention if cluster is not None else None)
+        if "skipped" in history:
+            _log(f"history: {history['skipped']}")
+        else:
+            _log(f"history: nsqd's own history gives {history['history_clicks']} clicks; agrees with the "
+                 f"archive: {history['agree_with_archive']}, with the stream: {history['agree_with_stream']}")
+
         expected_alerts = {r.alert_id: r.asDict() for r in batch_spam(spark, cfg, fmt).collect()}
         got: dict[str, dict[str, Any]] = {}
 
@@ -316,11 +332,13 @@ def run_pipeline(
         _until(alerts_in, deadline, "spam alerts on the alerts topic", interval=0.5)
         spam_users = sorted({a["user_id"] for a in expected_alerts.values()})
         report = {
-            "ok": result["agree"] and got == expected_alerts and stream.count == result["batch_clicks"],
+            "ok": (result["agree"] and got == expected_alerts and stream.count == result["batch_clicks"]
+                   and history.get("agree", True)),
             "events": events,
             "archive": f"{archive} ({fmt}) in {cfg.archive}",
             "published": published,
             "metrics": result,
+            "history": history,
             "alerts": sorted(got),
             "alerts_agree": got == expected_alerts,
             "spam_users_detected": spam_users,
@@ -340,6 +358,19 @@ def run_pipeline(
             spark.stop()
         if cluster is not None:
             cluster.stop()
+
+
+def _history_comparison(spark: Any, cfg: PipelineConfig, fmt: str, retention: str | None) -> dict[str, Any]:
+    """The metrics from nsqd's history vs the archive's and the stream's. Our own local cluster
+    keeps history unless ``retention`` is 0; a cluster given to us may not: then it is skipped."""
+    if retention in ("", "0"):
+        return {"skipped": "the local nsqd run without --retention"}
+    try:
+        return compare_history(spark, cfg, fmt)
+    except Exception as err:
+        if retention is None and "keeps no history" in str(err):
+            return {"skipped": f"the cluster keeps no history: {str(err).splitlines()[0][:300]}"}
+        raise
 
 
 def _check(queries: list[Any]) -> None:
@@ -383,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--archive", choices=["nsq_to_file", "spark"],
                     default="nsq_to_file" if nsq_to_file_available() else "spark",
                     help="who archives channel `archive`: the nsq_to_file tool (text files) or a Spark job (Parquet)")
+    ap.add_argument("--retention", default="24h",
+                    help="the local cluster's nsqd --retention (0: none; the report then leaves "
+                         "the comparison with nsqd's history out)")
     add_common_args(ap)
     ap.set_defaults(out=None)
     args = ap.parse_args(argv)
@@ -393,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
     try:
         report = run_pipeline(cfg, args.events, nsqd_nodes=args.nsqd_nodes, rate=args.rate, seed=args.seed,
-                              timeout=args.timeout, archive=args.archive)
+                              timeout=args.timeout, archive=args.archive, retention=args.retention)
     finally:
         if tmp is not None and not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)

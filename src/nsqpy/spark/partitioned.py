@@ -190,6 +190,9 @@ class _Planner:
     # --- offsets ---------------------------------------------------------------------------------
 
     def initial(self) -> dict[str, Any]:
+        from .start import prepare_channel
+
+        prepare_channel(self.cfg)  # a new checkpoint: the channel starts at startingPosition
         self._states(self.nodes())  # the channel exists from the query's start
         return dict(self.last)
 

@@ -68,6 +68,7 @@ from nsqpy.client import (
     subscribe,
 )
 from nsqpy.client.addr import parse_address
+from nsqpy.client.history import parse_point
 from nsqpy.common.addr import join_host_port
 from nsqpy.client.lookupd import ACCEPT, lookup_url
 from nsqpy.protocol.names import is_valid_name
@@ -101,7 +102,7 @@ SOURCE_KEYS = {
     "maxBatchSize", "pollTimeoutMs", "maxInFlight", "connectionsPerNode", "msgTimeoutMs",
     "touchIntervalMs", "outputBufferSize", "outputBufferTimeoutMs", "lookupdPollIntervalMs",
     "availableNowIdleTimeoutMs", "startTimeoutMs", "reconnectIntervalMs",
-    "mode", "partitionsPerNode", "leaseTimeoutMs",
+    "mode", "partitionsPerNode", "leaseTimeoutMs", "startingPosition",
 }
 #: ``mode``: where the source reads (docs/spark.md, "Two modes")
 MODES = ("auto", "executor", "driver")
@@ -138,6 +139,7 @@ class SourceConfig:
     mode: str = "auto"
     partitions_per_node: int = 0  # 0 = the executors' cores over the nodes
     lease_timeout: float = 120.0
+    starting_position: Any = "latest"  # a history Point: where a new channel starts (start.py)
 
     @classmethod
     def from_options(cls, raw: Any) -> SourceConfig:
@@ -178,6 +180,7 @@ class SourceConfig:
             mode=_mode(opts.get("mode") or "auto"),
             partitions_per_node=opts.get_int("partitionsPerNode", 0, 0),
             lease_timeout=opts.get_int("leaseTimeoutMs", 120000, 1000) / 1000.0,
+            starting_position=parse_point(opts.get("startingPosition") or "latest", "startingPosition"),
         )
 
 
@@ -207,7 +210,23 @@ class NsqDataSource(DataSource):
         # only reads ask for a schema (writes get the DataFrame's): check the source options
         # here, on load(), rather than later in the query's runner; and choose the reader here,
         # once, since this instance is what the runner and the planner both get
-        self._reader_mode(SourceConfig.from_options(self.options))
+        from .batch import is_batch_read
+
+        if is_batch_read(self.options):
+            # spark.read: plan the history read now, so every action of this DataFrame reads
+            # the same rows (the plan travels with the pickled instance)
+            if "_slices" not in self.__dict__:
+                from .batch import BatchConfig, plan
+
+                self._slices = plan(BatchConfig.from_options(self.options))
+            return SCHEMA
+        cfg = SourceConfig.from_options(self.options)
+        self._reader_mode(cfg)
+        if "_prepared" not in self.__dict__:
+            from .start import prepare_channel
+
+            prepare_channel(cfg)  # the channel exists (from startingPosition) before start()
+            self._prepared = True
         return SCHEMA
 
     def _reader_mode(self, cfg: SourceConfig) -> str:
@@ -231,10 +250,11 @@ class NsqDataSource(DataSource):
         raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"})
 
     def reader(self, schema: StructType) -> Any:
-        raise NotImplementedError(
-            "format('nsq') is a streaming source: use spark.readStream (NSQ has no replayable "
-            "history to read as a batch; trigger(availableNow=True) drains the current backlog)"
-        )
+        """``spark.read``: the history nsqd retained (:mod:`nsqpy.spark.batch`)."""
+        from .batch import BatchConfig, NsqHistoryReader
+
+        return NsqHistoryReader(BatchConfig.from_options(self.options, SOURCE_KEYS),
+                                self.__dict__.get("_slices"))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from .sink import NsqWriter
@@ -265,6 +285,10 @@ class NsqStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._rt
 
     def initialOffset(self) -> dict[str, Any]:
+        # a new checkpoint: the channel starts at startingPosition (a no-op when load() made it)
+        from .start import prepare_channel
+
+        prepare_channel(self.config)
         return {"seq": 0, "flush": 0}
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[Any], dict[str, Any]]:

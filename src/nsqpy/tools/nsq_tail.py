@@ -19,15 +19,21 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+import time
 from typing import Any, Callable
 
 from ..client import Message
 from ..common.flags import Flag, FlagSet
-from . import common, golog, gonsq
+from . import common, golog, gonsq, history
 from .common import fatal, repeated
 from .goconfig import GoNsqConfig, go_nsq_flag
 
 PROGRAM = "nsq_tail"
+#: --from then live: a live message may have been published this long before we subscribed
+OVERLAP_NS = 60 * 1_000_000_000
+#: live messages held during a long replay are TOUCHed this often (nsqd's msg-timeout is >= 1 s,
+#: 60 s by default)
+TOUCH_HELD_S = 10.0
 
 
 def build_flagset() -> FlagSet:
@@ -43,6 +49,9 @@ def build_flagset() -> FlagSet:
         repeated("topic", "NSQ topic (may be given multiple times)"),
         go_nsq_flag("consumer-opt", "option to passthrough to nsq.Consumer (may be given "
                     "multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+        *history.flags("print the topic's retained messages from this point first, then the live ones",
+                       "with --from: stop at this point instead of going on with the live "
+                       "messages (default: go on)"),
     )
     return fs
 
@@ -64,30 +73,71 @@ class Tail:
         self.reached = False  # --n messages shown
         self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
+        #: with --from, live messages delivered while the history is printed (None otherwise)
+        self.held: list[tuple[bytes, Message]] | None = None
 
     def handler(self, topic: str) -> Callable[[Message], None]:
         prefix = topic.encode() + b" | " if self.print_topic else b""
 
         def handle(msg: Message) -> None:
-            if self.broken or (self.total and self.shown >= self.total):
+            if self.held is not None:  # --from: history first; live messages wait (unanswered)
+                msg.disable_auto_response()
+                self.held.append((prefix, msg))
+                return
+            if not self.show(prefix, msg.body):
                 msg.requeue(0, backoff=False)  # not ours to show: give it back untouched
-                return
-            try:
-                self.out.write(prefix + msg.body + b"\n")
-            except (BrokenPipeError, ValueError, OSError):
-                self._broken()
-                msg.requeue(0, backoff=False)
-                return
-            self.shown += 1
-            if not self._flush_scheduled:
-                self._flush_scheduled = True
-                self._loop.call_soon(self._flush)
-            if self.total and self.shown >= self.total:
-                self.reached = True
-                self.done.set()
             # returning FINishes the message
 
         return handle
+
+    def show(self, prefix: bytes, body: bytes) -> bool:
+        """Print one message; False when it is not to be shown (--n reached, stdout gone)."""
+        if self.broken or (self.total and self.shown >= self.total):
+            return False
+        try:
+            self.out.write(prefix + body + b"\n")
+        except (BrokenPipeError, ValueError, OSError):
+            self._broken()
+            return False
+        self.shown += 1
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        if self.total and self.shown >= self.total:
+            self.reached = True
+            self.done.set()
+        return True
+
+    async def replay(self, o: Any, start: Any, end: Any, live: bool) -> None:
+        """--from: print each topic's history, then (``live``) the live messages held meanwhile,
+        without those the history already showed (same id)."""
+        recent: set[bytes] = set()
+        since = time.time_ns() - OVERLAP_NS  # live messages can only be this old
+        touched = time.monotonic()
+        async with common.http_session(5.0, 3600.0) as session:
+            for topic in o.topic:
+                prefix = topic.encode() + b" | " if self.print_topic else b""
+                async for batch in history.read(session, o, topic, start, end):
+                    for msg in batch:
+                        if not self.show(prefix, msg.body):
+                            break
+                        if live and msg.timestamp >= since:
+                            recent.add(msg.id)
+                    if self.done.is_set():
+                        break
+                    if self.held and time.monotonic() - touched > TOUCH_HELD_S:
+                        touched = time.monotonic()  # keep what waits ours past its msg_timeout
+                        for _prefix, held_msg in self.held:
+                            held_msg.touch()
+                    await asyncio.sleep(0)  # let heartbeats and the flush run
+        held, self.held = self.held or [], None
+        for prefix, msg in held:
+            if msg.id in recent or self.show(prefix, msg.body):
+                msg.finish()
+            else:
+                msg.requeue(0, backoff=False)
+        if not live:
+            self.done.set()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -107,7 +157,11 @@ async def _main(o: Any, cfg: GoNsqConfig) -> int:
     tail = Tail(max(o.n, 0), o.print_topic, sys.stdout.buffer, done)
     common.on_signals(lambda _s: done.set(), *common.TERM_SIGNALS)
     consumers: list[common.GoConsumer] = []
-    for topic in o.topic:
+    replay = o.replay
+    live = replay is None or not getattr(o, "to", "")
+    if replay is not None and live:
+        tail.held = []  # subscribe first, so nothing published during the replay is missed
+    for topic in o.topic if live else ():
         golog.log(f"Adding consumer for topic: {topic}")
         try:
             consumer = common.GoConsumer(topic, o.channel, tail.handler(topic), cfg, PROGRAM,
@@ -116,6 +170,8 @@ async def _main(o: Any, cfg: GoNsqConfig) -> int:
             await consumer.connect(o.nsqd_tcp_address, o.lookupd_http_address)
         except common.StartError as err:
             fatal(str(err))
+    if replay is not None:
+        await tail.replay(o, replay[0], replay[1], live)
     await done.wait()
     if tail.broken or tail.reached:
         # upstream exits on the spot here, saying nothing more: hand back what is in flight
@@ -138,7 +194,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if o.channel == "":
         o.channel = random_channel()
-    common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address)
+    o.replay = history.points(o)  # --from/--to checked first: they decide which sources are needed
+    if not (o.replay is not None and getattr(o, "to", "")):
+        common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address)
     if not o.topic:
         fatal("--topic required")
     if 0 < o.n < o.max_in_flight:

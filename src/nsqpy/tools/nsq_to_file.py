@@ -54,7 +54,7 @@ from ..common import goregexp
 from ..common.flags import Flag, FlagSet
 from ..common.log import make_logger
 from ..protocol.names import is_valid_name
-from . import common, goerrors, golog, gonsq
+from . import common, goerrors, golog, gonsq, history
 from .common import fatal, repeated
 from .goconfig import GoNsqConfig
 
@@ -101,6 +101,9 @@ def build_flagset() -> FlagSet:
         repeated("topic", "nsq topic (may be given multiple times)"),
         repeated("consumer-opt", "option to passthrough to nsq.Consumer (may be given multiple "
                  "times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
+        *history.flags("archive the topic's retained messages from this point to --to, then exit",
+                       "with --from (or alone, from earliest): archive the retained messages "
+                       "up to this point and exit (default: latest, what nsqd holds when asked)"),
     )
     return fs
 
@@ -217,6 +220,8 @@ class FileLogger:
         self._gz: Any = None  # zlib compressobj of the current gzip member
         self._member_bytes = 0
         self._name_cache: tuple[int, str] = (-1, "")
+        #: a history export names files after the messages' time, not the clock (seconds)
+        self._message_time: int | None = None
         kwargs: dict[str, Any] = {}
         if "max_attempts" not in go_cfg.consumer:
             # go-nsq FINs a message delivered more than max_attempts times without handling it;
@@ -317,6 +322,8 @@ class FileLogger:
         pending = self._pending
         while incoming:
             msg = incoming.popleft()
+            if self._message_time is not None:
+                self._message_time = msg.timestamp // 1_000_000_000
             if self._needs_rotation():
                 if chunks:
                     self._write(b"".join(chunks))
@@ -350,7 +357,7 @@ class FileLogger:
     # --- the file ---------------------------------------------------------------------------
 
     def _current_filename(self) -> str:
-        now = int(time.time())
+        now = int(time.time()) if self._message_time is None else self._message_time
         cached_at, name = self._name_cache
         if cached_at != now:
             stamp = time.strftime(self.datetime_format, time.localtime(now))
@@ -539,6 +546,49 @@ def _make_parent(path: str, tag: str) -> None:
             raise FatalError(f"{tag} unable to create dir: {err}") from None
 
 
+# --- a range of history ----------------------------------------------------------------------
+
+
+class _Retained:
+    """A retained message as the file writer takes it (nothing to acknowledge)."""
+
+    __slots__ = ("body", "timestamp")
+
+    def __init__(self, body: bytes, timestamp: int) -> None:
+        self.body = body
+        self.timestamp = timestamp
+
+    def finish(self) -> None:
+        pass
+
+
+async def export_history(opts: Any, go_cfg: GoNsqConfig, logger: Any, start: Any, end: Any) -> int:
+    """``--from``/``--to``: write each topic's retained messages in the range to the files a live
+    archive would have made (``<DATETIME>`` from each message's timestamp), fsync, exit."""
+    async with common.http_session(opts.http_client_connect_timeout, 3600.0) as session:
+        topics = list(opts.topic)
+        if not topics:
+            try:
+                found = await common.lookupd_topics(session, opts.lookupd_http_address)
+            except common.HTTPQueryError as err:
+                fatal(f"could not retrieve topic list: {err}")
+            topics = [t for t in found if opts.pattern is None or opts.pattern.search(t)]
+        for topic in topics:
+            fl = FileLogger(opts, topic, go_cfg, logger)
+            fl._message_time = 0
+            count = 0
+            async for batch in history.read(session, opts, topic, start, end):
+                fl._incoming.extend(_Retained(m.body, m.timestamp) for m in batch)  # type: ignore[misc]
+                count += len(batch)
+                fl._write_incoming()
+                if len(fl._pending) >= fl.max_in_flight:
+                    await fl._sync()
+            await fl._sync()
+            fl._close()
+            logger.info("%s archived %d retained messages", fl.tag, count)
+    return 0
+
+
 # --- all topics -----------------------------------------------------------------------------------
 
 
@@ -697,7 +747,9 @@ def main(argv: list[str] | None = None) -> None:
         fatal("--http-client-connect-timeout should be positive")
     if o.http_client_request_timeout <= 0:
         fatal("--http-client-request-timeout should be positive")
-    common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address, suffix=".")
+    replay = history.points(o)
+    if replay is None:
+        common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address, suffix=".")
     if not 1 <= o.gzip_level <= 9:
         fatal(f"invalid --gzip-level value ({o.gzip_level}), should be 1-9")
     if not o.topic and not o.topic_pattern:
@@ -730,7 +782,17 @@ def main(argv: list[str] | None = None) -> None:
             filename_format(o, "topic")
         except ValueError as err:
             fatal(str(err))
+    if replay is not None:
+        common.run(lambda: _export(o, cfg, logger, *replay))
     common.run(lambda: _main(o, cfg, logger, o.pattern))
+
+
+async def _export(o: Any, cfg: GoNsqConfig, logger: Any, start: Any, end: Any) -> int:
+    try:
+        return await export_history(o, cfg, logger, start, end)
+    except FatalError as err:
+        logger.critical("%s", err)
+        return 1
 
 
 if __name__ == "__main__":

@@ -186,6 +186,7 @@
         table(gr.header(live.rateHeader(['NSQd Host', '#Depth', '#Memory + Disk', '#Messages', '#Channels']
           .concat(NSQ.e2eHeaders(t.e2e_processing_latency)))).concat(ex.headers(topicKeys)), nodeRows,
           { 'data-live-table': 'nodes' }),
+        ex.historySection(t),
         h('h2', null, 'Channel Message Queues'),
         channels.length
           ? table(live.rateHeader(['Channel', '#Depth', '#Memory + Disk', '#In-Flight', '#Deferred',
@@ -222,11 +223,22 @@
       actionButton('Delete Channel', 'btn-danger', 'Are you sure you want to delete ' + what + '?',
         'Channel "' + name + '" deleted.', function () { return api('DELETE', path); },
         '/topics/' + enc(topic)),
-      pause);
+      pause, c.history_kept ? ex.rewindControl(path, what) : null);
+  }
+
+  // the channel, and whether its topic keeps history (for the rewind action)
+  function channelWithHistory(topic, channel) {
+    return api('GET', '/topics/' + enc(topic) + '/' + enc(channel)).then(function (c) {
+      if (!CONFIG.isAdmin) return c;
+      return api('GET', '/topics/' + enc(topic)).then(function (t) {
+        c.history_kept = !!(t && t.history);
+        return c;
+      }, function () { return c; });
+    });
   }
 
   function channelPage(topic, channel) {
-    return api('GET', '/topics/' + enc(topic) + '/' + enc(channel)).then(function (c) {
+    return channelWithHistory(topic, channel).then(function (c) {
       var title = h('h1', null, h('span', { 'class': 'kind' }, 'Channel: '), topic + ' / ' + channel,
         c.paused ? badge('paused', 'paused') : null);
       var where = crumbs(link('/', 'Streams'), link('/topics/' + enc(topic), topic), channel);

@@ -7,6 +7,8 @@
  *   leases              lease_count / lease_held_count / lease_oldest_ms (nsqd --leases), likewise
  *   replication         the node page's "Replication" section from nsqd's `replication` (origin
  *                       side) and `replicas` (peer side) keys
+ *   history             the topic page's "History" section from a topic's `history` key (nsqd
+ *                       --retention, docs/history.md), and a rewind action on its channels' pages
  */
 (function () {
   'use strict';
@@ -66,5 +68,35 @@
     return h('section', { 'class': 'replication', id: 'replication' }, parts);
   }
 
-  NSQ.extras = { keys: keys, headers: headers, cells: cells, replicationSection: replicationSection };
+  function when(ns) {
+    return ns ? new Date(Math.floor(ns / 1e6)).toISOString() : '-';
+  }
+
+  // per node and in total: retained messages, bytes, segments, oldest message
+  function historySection(t) {
+    if (!t.history) return null;
+    var row = function (label, hist, attrs) {
+      return h('tr', attrs, td(label), td(fmt(hist.messages), true), td(fmt(hist.bytes), true),
+        td(fmt(hist.segments), true), td(when(hist.oldest_timestamp)));
+    };
+    var rows = (t.nodes || []).filter(function (n) { return n.history; }).map(function (n) {
+      return row(n.node, n.history, { 'data-history-node': n.node });
+    });
+    rows.push(row('Total', t.history, { 'class': 'total', 'data-history-node': '*' }));
+    return h('section', { 'class': 'history', id: 'history' }, h('h2', null, 'History'),
+      NSQ.table(['NSQd Host', '#Retained Messages', '#Retained Bytes', '#Segments', 'Oldest Message'], rows));
+  }
+
+  // a channel of a topic that keeps history: point it back at a time (POST .../rewind)
+  function rewindControl(path, what) {
+    var input = h('input', { type: 'text', id: 'rewind-to', value: 'earliest', size: 28,
+      title: 'earliest, an RFC 3339 time or unix milliseconds' });
+    var button = NSQ.actionButton('Rewind Channel', 'btn-warning',
+      'Rewind ' + what + '? What it has queued is replaced by the history from that point on.',
+      'Channel rewound.', function () { return NSQ.api('POST', path, { action: 'rewind', to: input.value }); });
+    return h('span', { 'class': 'rewind' }, input, button);
+  }
+
+  NSQ.extras = { keys: keys, headers: headers, cells: cells, replicationSection: replicationSection,
+    historySection: historySection, rewindControl: rewindControl };
 })();

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 KEYS = ("max_attempts", "dead_letter_topic", "msg_ttl", "mem_queue_size", "max_disk_bytes",
         "disk_full_policy")
+#: a topic's history (docs/history.md): topics only, handed to history/ by :func:`apply_topic`
+TOPIC_KEYS = KEYS + ("retention", "retention_bytes")
+_DURATIONS = ("msg_ttl", "retention")
 
 
 class ConfigError(ValueError):
@@ -46,17 +49,18 @@ def _validate(key: str, value: Any) -> Any:
     """The normalized value (``msg_ttl`` in seconds) or ConfigError."""
     if key == "max_attempts":
         return _int_in(value, key, MAX_ATTEMPTS_LIMIT)
-    if key in ("mem_queue_size", "max_disk_bytes"):
+    if key in ("mem_queue_size", "max_disk_bytes", "retention_bytes"):
         return _int_in(value, key, 1 << 62)
-    if key == "msg_ttl":
+    if key in _DURATIONS:
+        code = f"INVALID_{key.upper()}"
         if not isinstance(value, str):
-            raise ConfigError("INVALID_MSG_TTL")
+            raise ConfigError(code)
         try:
             seconds = parse_duration(value)
         except ValueError:
-            raise ConfigError("INVALID_MSG_TTL") from None
+            raise ConfigError(code) from None
         if seconds < 0:
-            raise ConfigError("INVALID_MSG_TTL")
+            raise ConfigError(code)
         return seconds
     if key == "dead_letter_topic":
         if (not isinstance(value, str) or value.count("%s") > 1
@@ -70,13 +74,13 @@ def _validate(key: str, value: Any) -> Any:
     raise ConfigError("INVALID_KEY")
 
 
-def parse_update(doc: Any) -> dict[str, Any]:
+def parse_update(doc: Any, keys: tuple[str, ...] = KEYS) -> dict[str, Any]:
     """A POSTed JSON object → ``{key: normalized value or None}`` (None clears the setting)."""
     if not isinstance(doc, dict):
         raise ConfigError("INVALID_BODY")
     out: dict[str, Any] = {}
     for key, value in doc.items():
-        if key not in KEYS:
+        if key not in keys:
             raise ConfigError("INVALID_KEY")
         out[key] = None if value is None else _validate(key, value)
     return out
@@ -95,7 +99,7 @@ def merged(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 # --- persistence (the "config" key in nsqd.dat) --------------------------------------------------
 
 def to_metadata(config: dict[str, Any]) -> dict[str, Any]:
-    return {k: (format_duration(v) if k == "msg_ttl" else v) for k, v in config.items()}
+    return {k: (format_duration(v) if k in _DURATIONS else v) for k, v in config.items()}
 
 
 def from_metadata(raw: Any, log_warning) -> dict[str, Any]:
@@ -114,12 +118,21 @@ def from_metadata(raw: Any, log_warning) -> dict[str, Any]:
 # --- effective values ----------------------------------------------------------------------------
 
 def _flag_value(options: Any, key: str) -> Any:
-    return getattr(options, key)
+    return getattr(options, key, 0)  # (Options without the history flags: history off)
 
 
 def effective_topic(topic: "Topic") -> dict[str, Any]:
     opts = topic.nsqd.options
-    return {k: topic.config[k] if k in topic.config else _flag_value(opts, k) for k in KEYS}
+    return {k: topic.config[k] if k in topic.config else _flag_value(opts, k) for k in TOPIC_KEYS}
+
+
+def shown_topic(topic: "Topic") -> dict[str, Any]:
+    """What ``/topic/config`` shows: the history keys only once retention is on or set."""
+    eff = effective_topic(topic)
+    if not (eff["retention"] or eff["retention_bytes"] or "retention" in topic.config
+            or "retention_bytes" in topic.config):
+        del eff["retention"], eff["retention_bytes"]
+    return eff
 
 
 def effective_channel(channel: "Channel") -> dict[str, Any]:
@@ -132,8 +145,8 @@ def effective_channel(channel: "Channel") -> dict[str, Any]:
 
 
 def render(values: dict[str, Any]) -> dict[str, Any]:
-    """Effective settings as the API shows them (``msg_ttl`` as a Go duration string)."""
-    return {k: (format_duration(values[k]) if k == "msg_ttl" else values[k]) for k in KEYS}
+    """Effective settings as the API shows them (durations as Go duration strings)."""
+    return {k: (format_duration(v) if k in _DURATIONS else v) for k, v in values.items()}
 
 
 def dead_letter_name(template: str, topic_name: str) -> str | None:
@@ -151,6 +164,10 @@ def apply_topic(topic: "Topic", channels: bool = True) -> None:
     topic.mem_cap = eff["mem_queue_size"]
     topic.max_disk_bytes = eff["max_disk_bytes"] if not topic.ephemeral else 0
     topic.disk_full_policy = eff["disk_full_policy"]
+    if eff["retention"] or eff["retention_bytes"] or topic.history is not None:
+        from ..history.install import retain  # (only once some topic keeps history)
+
+        retain(topic, int(eff["retention"] * 1e9), eff["retention_bytes"])
     if channels:
         for channel in topic.channels.values():
             apply_channel(channel)
@@ -172,6 +189,10 @@ def apply_channel(channel: "Channel") -> None:
     channel.disk_full_policy = eff["disk_full_policy"]
     channel.requeue_on_disconnect = bool(opts.requeue_on_disconnect)
     refresh_guard(topic, channel)
+    if topic.history is not None and channel.name in topic.history.saved:
+        from ..history.replay import resume  # a replay under way at the last stop goes on
+
+        resume(channel)
 
 
 def uses_lifecycle(channel: "Channel") -> bool:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 MAX_CONFIG_BODY = 1 << 16
 
 
-def _read_update(request: Request) -> dict:
+def _read_update(request: Request, keys: tuple[str, ...]) -> dict:
     body = request.body
     if body is None:  # the body broke off
         raise ApiError(500, "INTERNAL_ERROR")
@@ -41,7 +41,7 @@ def _read_update(request: Request) -> dict:
     except orjson.JSONDecodeError:
         raise ApiError(400, "INVALID_BODY") from None
     try:
-        return ec.parse_update(doc)
+        return ec.parse_update(doc, keys)
     except ec.ConfigError as err:
         raise ApiError(400, err.message) from None
 
@@ -63,9 +63,9 @@ def lifecycle_routes(api: "NsqdHTTP") -> list[Route]:
     """The routes, as closures over the API object (its argument helpers and persistence)."""
 
     def configure(request: Request, owner: Any, apply: Callable[[Any], None],
-                  effective: Callable[[Any], Any]) -> Any:
+                  effective: Callable[[Any], Any], keys: tuple[str, ...] = ec.KEYS) -> Any:
         if request.method == "POST":
-            update = _read_update(request)
+            update = _read_update(request, keys)
             owner.config = ec.merged(owner.config, update)
             apply(owner)
             # answered once persisted, so a crash cannot undo an acknowledged change
@@ -74,7 +74,7 @@ def lifecycle_routes(api: "NsqdHTTP") -> list[Route]:
 
     def topic_config(request: Request) -> Any:
         topic = api.existing_topic(api.topic_arg(api.query(request)))
-        return configure(request, topic, ec.apply_topic, ec.effective_topic)
+        return configure(request, topic, ec.apply_topic, ec.shown_topic, ec.TOPIC_KEYS)
 
     def channel_config(request: Request) -> Any:
         topic, name = api.topic_and_channel(request)

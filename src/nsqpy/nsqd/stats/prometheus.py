@@ -61,6 +61,11 @@ class _Families:
                                 "End-to-end processing latency quantiles over the topic's "
                                 "channels (--e2e-processing-latency-percentile; sliding window, "
                                 "no _sum/_count).")
+        self.h_msgs = g("nsqd_history_messages", "Messages the topic's history retains.")
+        self.h_bytes = g("nsqd_history_bytes", "Bytes of the topic's history segments.")
+        self.h_segments = g("nsqd_history_segments", "Segment files of the topic's history.")
+        self.h_oldest = g("nsqd_history_oldest_timestamp_seconds",
+                          "Timestamp of the oldest retained message (unix time; 0: none).")
         self.c_msgs = c("nsqd_channel_messages_total", "Messages the channel received.")
         self.c_requeue = c("nsqd_channel_requeued_total", "Messages requeued (REQ) on the channel.")
         self.c_timeout = c("nsqd_channel_timed_out_total", "In-flight messages that timed out.")
@@ -98,6 +103,12 @@ class _Families:
         self.t_backend_bytes.add(lt, backend_bytes(backend))
         self.t_paused.add(lt, t["paused"])
         _quantiles(self.t_e2e, lt, t["e2e_processing_latency"])
+        h = t.get("history")
+        if h is not None:  # only topics that keep history (docs/history.md)
+            self.h_msgs.add(lt, h["messages"])
+            self.h_bytes.add(lt, h["bytes"])
+            self.h_segments.add(lt, h["segments"])
+            self.h_oldest.add(lt, h["oldest_timestamp"] / 1e9)
         return lt
 
     def channel(self, topic_name: str, ch: dict, backend: Any) -> None:

@@ -145,7 +145,7 @@ def _topic_tracked(topic: "Topic") -> list[float] | None:
 
 
 def topic_stats(topic: "Topic", channels: list[dict]) -> dict:
-    return topic.nsqd.lifecycle.topic_stats(topic, {
+    stats = topic.nsqd.lifecycle.topic_stats(topic, {
         "topic_name": topic.name,
         "channels": channels,
         "depth": topic.depth,
@@ -155,6 +155,10 @@ def topic_stats(topic: "Topic", channels: list[dict]) -> dict:
         "paused": topic.paused,
         "e2e_processing_latency": _latency(topic.e2e_result(), _topic_tracked(topic)),
     })
+    history = getattr(topic, "history", None)
+    if history is not None:  # a topic that keeps history (docs/history.md); else upstream's
+        stats["history"] = history.stats()
+    return stats
 
 
 def collect(nsqd: "NSQD", topic_filter: str = "", channel_filter: str = "",

@@ -1,0 +1,356 @@
+"""Reading a topic's retained history on one nsqd (docs/history.md, "Reading history").
+
+nsqd with ``--retention`` keeps what its topics received; two HTTP routes read it without a
+channel: ``GET /history/segments`` (which segments hold a time range) and ``GET /history/read``
+(the records of a range, streamed). This module is what the Spark sources and the tools share:
+
+* points (``earliest`` | ``latest`` | RFC 3339 | unix milliseconds): :func:`parse_point` checks
+  one and turns it into nanoseconds, :func:`format_point` writes one for a URL;
+* the framing of ``/history/read`` (a 4-byte big-endian length, then the message in its V2
+  encoding): :class:`RecordSplitter` is sans-I/O, bytes in, record positions out;
+* the two routes, blocking (urllib: Spark's planner and executors are sync code) and asyncio
+  (aiohttp: the tools).
+
+A 404 ``NOT_FOUND`` from ``/history/segments`` means the route does not exist: upstream's nsqd,
+or ours without retention. :class:`HistoryUnavailable` says so and names the nsqd.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator, Iterator
+
+import orjson
+
+from nsqpy.protocol.message import MESSAGE_HEADER_SIZE, Message, decode_message
+
+EARLIEST = "earliest"
+LATEST = "latest"
+#: a point: EARLIEST, LATEST or nanoseconds since the epoch
+Point = str | int
+
+_LENGTH = struct.Struct(">I")
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)$"
+)
+#: the largest record a reader accepts (nsqd's --max-msg-size is far below)
+MAX_RECORD = 1 << 30
+
+
+# --- points ------------------------------------------------------------------------------------
+
+
+def parse_point(text: str | int, what: str = "point") -> Point:
+    """``earliest`` | ``latest`` | RFC 3339 (fractions to the nanosecond) | unix ms -> a Point.
+
+    ValueError names ``what`` (``from``, ``to``...) and the text when it is none of these."""
+    if isinstance(text, int):
+        return text * 1_000_000
+    value = text.strip()
+    low = value.lower()
+    if low in (EARLIEST, LATEST):
+        return low
+    if re.fullmatch(r"-?\d+", value):
+        return int(value) * 1_000_000
+    m = _RFC3339.match(value)
+    if m:
+        year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+        fraction, zone = m.group(7) or "", m.group(8)
+        try:
+            tz = timezone.utc if zone in ("Z", "z") else datetime.strptime(zone.replace(":", ""), "%z").tzinfo
+            moment = datetime(year, month, day, hour, minute, second, tzinfo=tz)
+        except ValueError:
+            pass
+        else:
+            whole = int(moment.timestamp())
+            return whole * 1_000_000_000 + int(fraction.ljust(9, "0") or 0)
+    raise ValueError(f"invalid {what} {text!r}: want earliest, latest, an RFC 3339 time "
+                     "(2026-11-28T03:00:00Z) or unix milliseconds")
+
+
+def format_point(point: Point) -> str:
+    """A point as nsqd's routes take it: the keyword, or RFC 3339 in UTC to the nanosecond."""
+    if isinstance(point, str):
+        return point
+    seconds, nanos = divmod(point, 1_000_000_000)
+    stamp = datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{nanos:09d}Z" if nanos else f"{stamp}Z"
+
+
+def rfc3339(ns: int) -> str:
+    """For messages: a timestamp in ns as RFC 3339."""
+    return format_point(ns)
+
+
+# --- the framing -------------------------------------------------------------------------------
+
+
+class FramingError(ValueError):
+    """The stream is not ``/history/read``'s framing (or was cut inside a record)."""
+
+
+class RecordSplitter:
+    """Sans-I/O: feed the bytes of a ``/history/read`` answer as they come, take records out.
+
+    :meth:`feed` appends to an internal buffer; :meth:`take` returns where every complete
+    record so far starts and drops them from the buffer, keeping a partial record for the next
+    feed. :meth:`messages` decodes them one by one for callers that want objects.
+    :meth:`close` raises FramingError if the stream ended inside a record."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.records = 0
+        self.bytes = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        self._buf += data
+        self.bytes += len(data)
+
+    @property
+    def pending(self) -> int:
+        """Bytes held that do not make a whole record yet."""
+        return len(self._buf)
+
+    def take(self) -> tuple[bytearray, list[int], int]:
+        """``(buffer, starts, stop)`` for every complete record so far: record i is
+        ``buffer[starts[i] + 4 : next start]`` (the last one ends at ``stop``). The lengths are
+        left to the caller (numpy gets them from the starts in one step, :meth:`messages` in
+        Python): this loop is the one sequential part of reading, each length saying where the
+        next record starts, so it does as little as it can per record."""
+        buf = self._buf
+        end = len(buf)
+        unpack = _LENGTH.unpack_from
+        starts: list[int] = []
+        append = starts.append
+        pos = 0
+        while pos + 4 <= end:
+            (length,) = unpack(buf, pos)
+            if length < MESSAGE_HEADER_SIZE or length > MAX_RECORD:
+                raise FramingError(f"record of {length} bytes at offset {self.bytes - end + pos}: "
+                                   f"not a message (at least {MESSAGE_HEADER_SIZE} bytes)")
+            nxt = pos + 4 + length
+            if nxt > end:
+                break
+            append(pos)
+            pos = nxt
+        self.records += len(starts)
+        self._buf = bytearray() if pos == end else buf[pos:]
+        return buf, starts, pos
+
+    def messages(self) -> list[Message]:
+        buf, starts, stop = self.take()
+        view = memoryview(buf)
+        ends = starts[1:] + [stop]
+        return [decode_message(view[s + 4 : e]) for s, e in zip(starts, ends)]
+
+    def close(self) -> None:
+        if self._buf:
+            raise FramingError(f"history stream ended inside a record ({len(self._buf)} bytes left)")
+
+
+def encode_record(msg_id: bytes, body: bytes, timestamp: int, attempts: int = 1) -> bytes:
+    """One record as ``/history/read`` sends it (for tests and tools that write the framing)."""
+    from nsqpy.protocol.message import encode_message
+
+    data = encode_message(msg_id, body, timestamp, attempts)
+    return _LENGTH.pack(len(data)) + data
+
+
+# --- the HTTP routes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    segment: int
+    first_timestamp: int
+    last_timestamp: int
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class TopicHistory:
+    """``/history/segments``'s answer for one topic on one nsqd (``nsqd`` is its HTTP base)."""
+
+    nsqd: str
+    topic: str
+    retention_ns: int
+    retention_bytes: int
+    oldest_timestamp: int
+    newest_timestamp: int
+    messages: int
+    bytes: int
+    segments: tuple[Segment, ...]
+
+    @classmethod
+    def from_json(cls, nsqd: str, doc: dict[str, Any]) -> TopicHistory:
+        return cls(
+            nsqd=nsqd, topic=str(doc.get("topic", "")),
+            retention_ns=int(doc.get("retention_ns") or 0),
+            retention_bytes=int(doc.get("retention_bytes") or 0),
+            oldest_timestamp=int(doc.get("oldest_timestamp") or 0),
+            newest_timestamp=int(doc.get("newest_timestamp") or 0),
+            messages=int(doc.get("messages") or 0), bytes=int(doc.get("bytes") or 0),
+            segments=tuple(Segment(int(s["segment"]), int(s.get("first_timestamp") or 0),
+                                   int(s.get("last_timestamp") or 0), int(s.get("count") or 0),
+                                   int(s.get("bytes") or 0)) for s in doc.get("segments") or ()),
+        )
+
+
+class HistoryError(Exception):
+    """nsqd refused a history request: ``code`` is the first word of its message
+    (``BEFORE_OLDEST``...), ``message`` the whole of it (``BEFORE_OLDEST: the oldest retained
+    message is from ...``)."""
+
+    def __init__(self, nsqd: str, status: int, message: str, what: str = "") -> None:
+        self.nsqd, self.status, self.message = nsqd, status, message
+        self.code = message.split(":", 1)[0].strip()
+        super().__init__(f"nsqd {nsqd}: {what + ': ' if what else ''}HTTP {status} {message}")
+
+
+class HistoryUnavailable(HistoryError):
+    """The nsqd has no history routes: upstream's nsqd, or ours started without retention."""
+
+    def __init__(self, nsqd: str) -> None:
+        super().__init__(nsqd, 404, "NOT_FOUND")
+        self.args = (f"nsqd {nsqd} keeps no history (/history/segments is NOT_FOUND): it must be "
+                     "nsqpy's nsqd started with --retention (or --retention-bytes, or a topic "
+                     "with a retention override); upstream's nsqd has none",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def http_base(address: str) -> str:
+    """``host:port`` or a URL -> ``http://host:port`` (no trailing slash)."""
+    return (address if "://" in address else "http://" + address).rstrip("/")
+
+
+def _params(topic: str, start: Point | None, end: Point | None, segment: int | None) -> str:
+    params: dict[str, Any] = {"topic": topic}
+    if start is not None:
+        params["from"] = format_point(start)
+    if end is not None:
+        params["to"] = format_point(end)
+    if segment is not None:
+        params["segment"] = segment
+    return urllib.parse.urlencode(params)
+
+
+def segments_url(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None) -> str:
+    return f"{http_base(nsqd)}/history/segments?{_params(topic, start, end, None)}"
+
+
+def read_url(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
+             segment: int | None = None) -> str:
+    return f"{http_base(nsqd)}/history/read?{_params(topic, start, end, segment)}"
+
+
+def _error(nsqd: str, status: int, body: bytes, route: str) -> HistoryError:
+    try:
+        code = str(orjson.loads(body).get("message", ""))
+    except (orjson.JSONDecodeError, AttributeError):
+        code = body.decode("utf-8", "replace").strip()
+    if status == 404 and code == "NOT_FOUND":
+        return HistoryUnavailable(nsqd)
+    return HistoryError(nsqd, status, code, route)
+
+
+# blocking (Spark) ------------------------------------------------------------------------------
+
+
+def _open(url: str, nsqd: str, route: str, timeout: float) -> Any:
+    try:
+        return urllib.request.urlopen(urllib.request.Request(url), timeout=timeout)
+    except urllib.error.HTTPError as err:
+        raise _error(nsqd, err.code, err.read(), route) from None
+
+
+def fetch_segments(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
+                   timeout: float = 10.0) -> TopicHistory:
+    """``/history/segments`` on one nsqd (blocking). HistoryUnavailable / HistoryError / OSError."""
+    base = http_base(nsqd)
+    with _open(segments_url(base, topic, start, end), base, "/history/segments", timeout) as resp:
+        doc = orjson.loads(resp.read())
+    if isinstance(doc, dict) and "segments" not in doc and isinstance(doc.get("data"), dict):
+        doc = doc["data"]  # the pre-1.0 envelope, if nsqd was asked for it
+    return TopicHistory.from_json(base, doc)
+
+
+def stream_chunks(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
+                  segment: int | None = None, chunk: int = 1 << 20, timeout: float = 60.0) -> Iterator[bytes]:
+    """The raw bytes of ``/history/read`` (blocking), as they arrive."""
+    base = http_base(nsqd)
+    with _open(read_url(base, topic, start, end, segment), base, "/history/read", timeout) as resp:
+        while True:
+            data = resp.read1(chunk)
+            if not data:
+                return
+            yield data
+
+
+def read_messages(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
+                  segment: int | None = None, timeout: float = 60.0) -> Iterator[Message]:
+    """The messages of a range on one nsqd, in log order (blocking)."""
+    splitter = RecordSplitter()
+    for data in stream_chunks(nsqd, topic, start, end, segment, timeout=timeout):
+        splitter.feed(data)
+        yield from splitter.messages()
+    splitter.close()
+
+
+# asyncio (tools) -------------------------------------------------------------------------------
+
+
+async def afetch_segments(session: Any, nsqd: str, topic: str, start: Point | None = None,
+                          end: Point | None = None) -> TopicHistory:
+    """``/history/segments`` with an ``aiohttp.ClientSession``."""
+    base = http_base(nsqd)
+    async with session.get(segments_url(base, topic, start, end)) as resp:
+        body = await resp.read()
+        if resp.status != 200:
+            raise _error(base, resp.status, body, "/history/segments")
+    doc = orjson.loads(body)
+    if isinstance(doc, dict) and "segments" not in doc and isinstance(doc.get("data"), dict):
+        doc = doc["data"]
+    return TopicHistory.from_json(base, doc)
+
+
+async def aread_messages(session: Any, nsqd: str, topic: str, start: Point | None = None,
+                         end: Point | None = None, segment: int | None = None) -> AsyncIterator[list[Message]]:
+    """The messages of a range on one nsqd, a list per network read (aiohttp)."""
+    base = http_base(nsqd)
+    splitter = RecordSplitter()
+    async with session.get(read_url(base, topic, start, end, segment)) as resp:
+        if resp.status != 200:
+            raise _error(base, resp.status, await resp.read(), "/history/read")
+        async for data in resp.content.iter_any():
+            splitter.feed(data)
+            batch = splitter.messages()
+            if batch:
+                yield batch
+    splitter.close()
+
+
+def resolve_end(history: TopicHistory, end: Point) -> int:
+    """A fixed upper bound (exclusive, ns) for ``end`` on this nsqd: ``latest`` becomes just
+    after its newest message now, so a read planned now gives the same rows later."""
+    if end == LATEST:
+        return history.newest_timestamp + 1 if history.newest_timestamp else 0
+    if end == EARLIEST:
+        return history.oldest_timestamp
+    return int(end)
+
+
+__all__ = [
+    "EARLIEST", "LATEST", "FramingError", "HistoryError", "HistoryUnavailable", "Point",
+    "RecordSplitter", "Segment", "TopicHistory", "afetch_segments", "aread_messages",
+    "encode_record", "fetch_segments", "format_point", "http_base", "parse_point",
+    "read_messages", "read_url", "resolve_end", "rfc3339", "segments_url", "stream_chunks",
+]

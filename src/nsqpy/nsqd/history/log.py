@@ -1,0 +1,681 @@
+"""A topic's retained log: append-only segment files in ``<data_path>/<topic>.history/``.
+
+Layout (docs/history.md §2)
+    ``<20-digit segment id>.seg``  blocks, one per publish command (PUB, MPUB, DPUB, HTTP):
+    ``[u32 length][u32 crc32]`` then ``length`` bytes of its n records by columns:
+    ``[u32 n][u32 DPUB delay ms]``, n ``i64`` timestamps (ns), n ``u32`` body sizes, n 16-byte
+    ids, the n bodies back to back.
+    ``<id>.idx``  a sealed segment's summary and sparse index (JSON, rebuilt from the segment when
+    missing or stale: it is never needed for correctness).
+
+Why blocks: one ``pwritev`` and one CRC per publish command, not per message, and a torn tail
+(a crash in the middle of a write, a power loss) is found at the first block whose length or
+CRC does not hold; everything before it is intact and everything from it on is cut.
+Why columns: each is made (and cut again) by one C call over all the records of the block, so
+neither writing nor reading does Python work per message.
+
+Memory stays flat whatever the log holds: per segment a few integers and a sparse index of
+(offset, greatest timestamp before it) every :data:`SPARSE_STEP` bytes; records are read from
+the files a chunk at a time (:class:`Cursor`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import struct
+import time
+from array import array
+from itertools import accumulate, repeat
+from zlib import crc32
+
+from ...protocol.repeated import RepeatedRecords
+from operator import itemgetter
+from concurrent.futures import Executor
+from typing import Any, Iterator
+
+
+BLOCK = struct.Struct(">II")  # length of the block's columns that follow, their crc32
+COUNT = struct.Struct(">II")  # the columns' head: records, DPUB delay ms
+TS = struct.Struct(">q")
+_id, _body, _ts = itemgetter(0), itemgetter(1), itemgetter(2)
+# a block's columns cut in C (bodies: one unpacker per body size met, a bounded few)
+_TSS, _SIZES, _IDS = (RepeatedRecords("q", 256, ">"), RepeatedRecords("I", 256, ">"),
+                      RepeatedRecords("16s", 256))
+_same_size: dict[int, RepeatedRecords] = {}
+SEGMENT_BYTES = 64 << 20  # a segment rolls past this (smaller with a small --retention-bytes)
+MIN_SEGMENT_BYTES = 4096
+MIN_ROLL_NS = 1_000_000_000
+SPARSE_STEP = 256 << 10
+#: a sealed segment smaller than this gets no ``.idx``: it is scanned at start-up in about a
+#: millisecond, and a thousand topics with short retention would otherwise create, rename and
+#: remove an index file at every roll (journal work that PUBs' writes wait behind)
+INDEX_MIN = 4 * SPARSE_STEP
+CHUNK = 1 << 20  # reads go a chunk at a time
+REPLAYS = "replays.json"  # beside the segments: replays under way at the last stop
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+class Segment:
+    """One segment file's summary; ``sparse_off[i]`` is a block start, ``sparse_max[i]`` the
+    greatest timestamp of the records before it (so a seek to ``ts`` starts at the last entry
+    whose ``sparse_max`` is below ``ts`` and skips nothing it should return)."""
+
+    __slots__ = ("sid", "size", "count", "first_ts", "last_ts", "min_ts", "max_ts",
+                 "sparse_off", "sparse_max", "next_mark")
+
+    def __init__(self, sid: int) -> None:
+        self.sid = sid
+        self.size = 0
+        self.count = 0
+        self.first_ts = self.last_ts = self.min_ts = self.max_ts = 0
+        self.sparse_off = array("q")
+        self.sparse_max = array("q")
+        self.next_mark = 0
+
+    def add_block(self, offset: int, size: int, n: int, lo: int, hi: int, first: int, last: int) -> None:
+        if offset >= self.next_mark:
+            self.sparse_off.append(offset)
+            self.sparse_max.append(self.max_ts if self.count else -1)
+            self.next_mark = offset + SPARSE_STEP
+        if not self.count:
+            self.first_ts, self.min_ts, self.max_ts = first, lo, hi
+        else:
+            self.min_ts = min(self.min_ts, lo)
+            self.max_ts = max(self.max_ts, hi)
+        self.last_ts = last
+        self.count += n
+        self.size = offset + size
+
+    def seek(self, ts: int) -> int:
+        """The offset of the block to start reading at for records with timestamp >= ts."""
+        i = bisect.bisect_left(self.sparse_max, ts) - 1
+        return self.sparse_off[i] if i >= 0 else 0
+
+    def summary(self) -> dict[str, int]:
+        return {"segment": self.sid, "first_timestamp": self.first_ts,
+                "last_timestamp": self.last_ts, "count": self.count, "bytes": self.size}
+
+    def to_json(self) -> bytes:
+        return json.dumps({"size": self.size, "count": self.count, "first": self.first_ts,
+                           "last": self.last_ts, "min": self.min_ts, "max": self.max_ts,
+                           "off": list(self.sparse_off), "pmax": list(self.sparse_max)}).encode()
+
+    @classmethod
+    def from_json(cls, sid: int, raw: bytes, file_size: int) -> "Segment | None":
+        try:
+            d = json.loads(raw)
+            if d["size"] != file_size:
+                return None
+            seg = cls(sid)
+            seg.size, seg.count = d["size"], d["count"]
+            seg.first_ts, seg.last_ts, seg.min_ts, seg.max_ts = d["first"], d["last"], d["min"], d["max"]
+            seg.sparse_off, seg.sparse_max = array("q", d["off"]), array("q", d["pmax"])
+            seg.next_mark = (seg.sparse_off[-1] + SPARSE_STEP) if seg.sparse_off else 0
+            return seg
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def parse_block(data: bytes, out: list) -> None:
+    """Append the records of one block's payload to ``out`` as ``(id, body, ts, delay_ms)``
+    (with no delay, the very tuple a channel queues: ``(id, body, ts, attempts 0)``). Each
+    column is cut by ``struct`` in C: no Python loop per record."""
+    n, delay = COUNT.unpack_from(data, 0)
+    spos = COUNT.size + 8 * n
+    ipos = spos + 4 * n
+    bpos = ipos + 16 * n
+    tss: list = []
+    _TSS.unpack_into(tss, data, COUNT.size, n)
+    sizes: list = []
+    _SIZES.unpack_into(sizes, data, spos, n)
+    ids: list = []
+    _IDS.unpack_into(ids, data, ipos, n)
+    size = sizes[0]
+    if sizes.count(size) == n:  # one size (an MPUB's usual case): one unpacker for the bodies
+        unpacker = _same_size.get(size)
+        if unpacker is None:
+            if len(_same_size) > 64:
+                _same_size.clear()
+            unpacker = _same_size[size] = RepeatedRecords(f"{size}s", 64)
+        bodies: list = []
+        unpacker.unpack_into(bodies, data, bpos, n)
+    else:
+        starts = list(accumulate(sizes, initial=bpos))
+        bodies = list(map(data.__getitem__, map(slice, starts, starts[1:])))
+    out += zip(ids, bodies, tss, repeat(delay, n))
+
+
+def _block_stats(data: bytes) -> tuple[int, int, int, int, int] | None:
+    """``(count, min ts, max ts, first ts, last ts)`` of a block's payload; None when its
+    columns do not fill it exactly (a torn or corrupt block)."""
+    if len(data) < COUNT.size:
+        return None
+    n = COUNT.unpack_from(data, 0)[0]
+    bpos = COUNT.size + 28 * n
+    if not n or bpos > len(data):
+        return None
+    if bpos + sum(struct.unpack_from(f">{n}I", data, COUNT.size + 8 * n)) != len(data):
+        return None
+    tss = struct.unpack_from(f">{n}q", data, COUNT.size)
+    return n, min(tss), max(tss), tss[0], tss[-1]
+
+
+def scan_segment(path: str, sid: int, logger: logging.Logger) -> Segment:
+    """Rebuild a segment's summary by reading it; a torn or corrupt tail is cut off."""
+    seg = Segment(sid)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        file_size = os.fstat(fd).st_size
+        pos = 0
+        while pos < file_size:
+            head = os.pread(fd, BLOCK.size, pos)
+            if len(head) < BLOCK.size:
+                break
+            length, crc = BLOCK.unpack(head)
+            if length == 0 or pos + BLOCK.size + length > file_size:
+                break
+            data = os.pread(fd, length, pos + BLOCK.size)
+            if len(data) != length or crc32(data) != crc:
+                break
+            st = _block_stats(data)
+            if st is None:
+                break
+            seg.add_block(pos, BLOCK.size + length, st[0], st[1], st[2], st[3], st[4])
+            pos += BLOCK.size + length
+        if pos < file_size:
+            logger.warning("HISTORY: %s: cutting a torn tail of %d bytes at offset %d",
+                           path, file_size - pos, pos)
+            os.ftruncate(fd, pos)
+            _fdatasync(fd)
+        seg.size = pos
+    finally:
+        os.close(fd)
+    return seg
+
+
+class Log:
+    """The retained log of one topic (``topic.history``, the core's ``hooks.History``)."""
+
+    def __init__(self, data_path: str, topic_name: str, retention_ns: int, retention_bytes: int,
+                 sync_every: int, sync_timeout: float, logger: logging.Logger,
+                 executor: Executor, ahead: Executor | None = None) -> None:
+        self.dir = os.path.join(data_path, f"{topic_name}.history")
+        self.topic_name = topic_name
+        self.logger = logger
+        self.executor = executor
+        #: where segment files are made ahead: a thread of its own, so that a roll does not find
+        #: its file still queued behind fsyncs (and then make it on the event loop)
+        self.ahead = ahead if ahead is not None else executor
+        self.sync_every = max(1, sync_every)
+        self.sync_timeout = sync_timeout
+        self.retention_ns = self.retention_bytes = 0
+        self.segment_bytes = SEGMENT_BYTES
+        self.configure(retention_ns, retention_bytes)
+        self.segments: list[Segment] = []
+        self.fd = -1  # the last segment's, opened on the first append
+        self.unsynced = 0
+        self.last_sync = time.monotonic()
+        self._sync_queued = False
+        #: fds of sealed segments whose last writes wait for the log's next background fsync
+        #: (a roll adds no fsync of its own: the sync every N messages or --sync-timeout covers
+        #: them, so a thousand topics rolling each second do not fsync a thousand times more)
+        self._sealed: list[int] = []
+        #: segment files made ahead by the helper thread, by id: it adds, the loop pops (each a
+        #: single dict operation, atomic under the GIL: no lock for the loop to wait on)
+        self._made: dict[int, int] = {}
+        #: the newest timestamp expiry dropped (0: nothing yet): a point at or before it asks for
+        #: messages the log no longer has (BEFORE_OLDEST)
+        self.dropped_ts = 0
+        #: channels replaying this log (``replay.Replay`` by channel name), and the positions of
+        #: replays saved at the last stop, until their channel is made again (``replays.json``)
+        self.replaying: dict[str, Any] = {}
+        self.saved: dict[str, dict[str, int]] = {}
+        self._saved_text = b""
+        self.closed = False
+        os.makedirs(self.dir, exist_ok=True)
+        self._load()
+        self._load_replays()
+
+    def configure(self, retention_ns: int, retention_bytes: int) -> None:
+        self.retention_ns, self.retention_bytes = retention_ns, retention_bytes
+        # a segment spans at most an eighth of the retention time, and at least a second (so
+        # a thousand topics with short retention do not make thousands of files a second)
+        self.roll_ns = max(retention_ns // 8, MIN_ROLL_NS)
+        seg = SEGMENT_BYTES
+        if retention_bytes:  # dropping whole segments stays within an eighth of the cap
+            seg = max(MIN_SEGMENT_BYTES, min(seg, retention_bytes // 8))
+        self.segment_bytes = seg
+
+    # --- files ---------------------------------------------------------------------------------
+
+    def path(self, sid: int, ext: str = "seg") -> str:
+        return os.path.join(self.dir, f"{sid:020d}.{ext}")
+
+    def _load(self) -> None:
+        ids = sorted(int(n[:-4]) for n in os.listdir(self.dir)
+                     if n.endswith(".seg") and n[:-4].isdigit())
+        for i, sid in enumerate(ids):
+            path = self.path(sid)
+            seg = None
+            if i < len(ids) - 1:
+                try:
+                    with open(self.path(sid, "idx"), "rb") as f:
+                        seg = Segment.from_json(sid, f.read(), os.path.getsize(path))
+                except OSError:
+                    seg = None
+            if seg is None:
+                seg = scan_segment(path, sid, self.logger)
+                if i < len(ids) - 1 and seg.size >= INDEX_MIN:  # sealed: summary for next time
+                    self.executor.submit(self._write_index, sid, seg.to_json())
+            self.segments.append(seg)
+        if not self.segments:
+            self.segments.append(Segment(1))
+        elif ids[0] > 1:  # segments were dropped before the restart: older than what is left
+            self.dropped_ts = max(self.oldest() - 1, 0)
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    def _open_active(self) -> None:
+        """Open the segment appends go to. Its file was usually made ahead by the helper thread
+        (creating a file waits on the file system's journal, which a busy disk makes slow);
+        the next one is made ahead now."""
+        seg = self.active
+        made = self._made
+        fd = made.pop(seg.sid, None)
+        for sid in list(made):  # made for a segment that fast rolls went past
+            if sid < seg.sid:
+                os.close(made.pop(sid))
+        self.fd = fd if fd is not None else os.open(self.path(seg.sid), os.O_WRONLY | os.O_CREAT, 0o644)
+        if seg.size == 0 and self.sync_every <= 1:  # its name must be on disk before an OK
+            self._fsync_dir()  # (with N > 1 the segment's first fdatasync carries it on ext4)
+        self.ahead.submit(self._make_ahead, seg.sid + 1)
+
+    def _make_ahead(self, sid: int) -> None:
+        if self.closed:
+            return
+        try:
+            fd = os.open(self.path(sid), os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError as err:  # (the append makes it then, or reports the error)
+            self.logger.warning("HISTORY(%s): could not make segment %d ahead - %s",
+                                self.topic_name, sid, err)
+            return
+        self._made[sid] = fd
+        if self.closed:  # closed meanwhile: whichever of close() and this pops it closes it
+            fd = self._made.pop(sid, None)
+            if fd is not None:
+                os.close(fd)
+
+    def _roll(self) -> None:
+        """Seal the active segment (its summary beside it) and start the next one."""
+        seg = self.active
+        if self.fd >= 0:
+            if self.unsynced:  # (only with --sync-every=N>1: with 1 every block is synced)
+                self._sealed.append(self.fd)  # synced, then closed, with the next fsync
+            else:
+                os.close(self.fd)
+            self.fd = -1
+        if seg.size >= INDEX_MIN:  # the summary is only a cache: written by the helper thread
+            self.executor.submit(self._write_index, seg.sid, seg.to_json())
+        self.segments.append(Segment(seg.sid + 1))
+
+    def _write_index(self, sid: int, text: bytes) -> None:
+        try:
+            tmp = self.path(sid, "idx.tmp")
+            with open(tmp, "wb") as f:
+                f.write(text)
+            os.replace(tmp, self.path(sid, "idx"))
+        except FileNotFoundError:
+            pass  # the segment expired meanwhile
+        except OSError as err:  # the segment is scanned at the next start instead
+            self.logger.warning("HISTORY(%s): failed to write segment index - %s",
+                                self.topic_name, err)
+
+    def _sync(self, background: bool) -> None:
+        """fdatasync the sealed segments still unsynced, then the active one: now, or on the
+        helper thread (at most one waiting per log for the active segment: a later one covers
+        every write before it)."""
+        self.unsynced = 0
+        self.last_sync = time.monotonic()
+        fds, self._sealed = self._sealed, []
+        if not background:
+            for fd in fds:
+                try:
+                    _fdatasync(fd)
+                finally:
+                    os.close(fd)
+            if self.fd >= 0:
+                _fdatasync(self.fd)
+            return
+        active = self.fd >= 0 and not self._sync_queued
+        if active:
+            fds.append(os.dup(self.fd))
+            self._sync_queued = True
+        if not fds:
+            return
+
+        def sync() -> None:
+            if active:
+                self._sync_queued = False
+            for fd in fds:
+                try:
+                    _fdatasync(fd)
+                except OSError as err:
+                    self.logger.error("HISTORY(%s): fsync failed - %s", self.topic_name, err)
+                finally:
+                    os.close(fd)
+
+        self.executor.submit(sync)
+
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # --- appending (hooks.History) -------------------------------------------------------------
+
+    def append(self, msgs: list[tuple], delay_ms: int = 0) -> None:
+        """One block for one publish command; raises OSError (the publish is refused) and then
+        leaves the log exactly as it was. With ``--sync-every=1`` the block is on disk when
+        this returns, before the publisher's OK.
+
+        The block is built by columns (timestamps, sizes, ids, bodies), each made in C by one
+        ``join``/``pack`` over the messages, and handed to one ``pwritev`` as they are: no Python
+        work per message, one copy of the bodies (the join, which the CRC reads)."""
+        n = len(msgs)
+        tss = list(map(_ts, msgs))
+        first, last = tss[0], tss[-1]
+        if tss.count(first) == n:  # one publish command: one timestamp
+            tcol = TS.pack(first) * n
+            lo = hi = first
+        else:
+            tcol = struct.pack(f">{n}q", *tss)
+            lo, hi = min(tss), max(tss)
+        bodies = list(map(_body, msgs))
+        scol = struct.pack(f">{n}I", *map(len, bodies))
+        ids = b"".join(map(_id, msgs))
+        data = b"".join(bodies)
+        count = COUNT.pack(n, delay_ms)
+        crc = crc32(data, crc32(ids, crc32(scol, crc32(tcol, crc32(count)))))
+        length = COUNT.size + 28 * n + len(data)
+        iov = [BLOCK.pack(length, crc), count, tcol, scol, ids, data]
+        size = BLOCK.size + length
+        seg = self.active
+        if seg.size and (seg.size + size > self.segment_bytes or (
+                self.retention_ns and first - seg.first_ts > self.roll_ns)):
+            self._roll()
+            seg = self.active
+        if self.fd < 0:
+            self._open_active()
+        offset = seg.size
+        try:
+            written = os.pwritev(self.fd, iov, offset)
+            while written < size:  # a short write: the rest, or the error that cut it
+                whole = b"".join(iov)
+                written += os.pwrite(self.fd, whole[written:], offset + written)
+            if self.sync_every <= 1:
+                self._sync(background=False)
+        except OSError:
+            try:  # nothing of a refused publish stays behind
+                os.ftruncate(self.fd, offset)
+            except OSError:
+                pass
+            raise
+        seg.add_block(offset, size, n, lo, hi, first, last)
+        if self.sync_every > 1:
+            self.unsynced += len(msgs)
+            if self.unsynced >= self.sync_every:
+                self._sync(background=True)
+        if self.retention_bytes and self.total_bytes() > self.retention_bytes:
+            self.expire(time.time_ns())
+
+    # --- expiry --------------------------------------------------------------------------------
+
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def expire(self, now_ns: int) -> int:
+        """Drop whole segments, oldest first: those entirely older than the retention time, then
+        while the log holds more than the byte cap. Returns how many were dropped."""
+        dropped = []
+        segs = self.segments
+        while len(segs) > 1 and not segs[0].count:  # empty ones (made ahead, then a restart)
+            dropped.append(self._drop_first())
+        if self.retention_ns:
+            cutoff = now_ns - self.retention_ns
+            while segs and (segs[0].count or len(segs) > 1) and segs[0].max_ts < cutoff:
+                dropped.append(self._drop_first())
+        if self.retention_bytes:
+            total = self.total_bytes()
+            while total > self.retention_bytes and segs[0].size:
+                total -= segs[0].size
+                dropped.append(self._drop_first())
+        if dropped:
+            self.executor.submit(self._unlink, dropped)
+        return len(dropped)
+
+    def _drop_first(self) -> int:
+        seg = self.segments[0]
+        if seg.count:
+            self.dropped_ts = max(self.dropped_ts, seg.max_ts)
+        if len(self.segments) == 1:  # the active one goes too: writing moves to a new segment
+            self._roll()
+        self.segments.pop(0)
+        return seg.sid
+
+    def _unlink(self, sids: list[int]) -> None:
+        for sid in sids:
+            for ext in ("seg", "idx"):
+                try:
+                    os.unlink(self.path(sid, ext))
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    self.logger.error("HISTORY(%s): failed to remove segment %d - %s",
+                                      self.topic_name, sid, err)
+
+    def _load_replays(self) -> None:
+        try:
+            with open(os.path.join(self.dir, REPLAYS), "rb") as f:
+                self._saved_text = f.read()
+            doc = json.loads(self._saved_text)
+            self.saved = {str(k): {f: int(v[f]) for f in ("start", "threshold", "segment", "offset")}
+                          for k, v in doc.items()}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            self.logger.error("HISTORY(%s): ignoring %s - %s", self.topic_name, REPLAYS, err)
+
+    def save_replays(self) -> None:
+        """Where every replay under way is (every tick and at close): after a crash a replay
+        goes on from its last saved chunk, so it may deliver that chunk twice, never skip."""
+        doc = dict(self.saved)
+        for name, replay in self.replaying.items():
+            doc[name] = replay.state()
+        text = json.dumps(doc, sort_keys=True).encode() if doc else b""
+        if text == self._saved_text:
+            return
+        path = os.path.join(self.dir, REPLAYS)
+        try:
+            if not text:
+                os.unlink(path)
+            else:
+                with open(path + ".tmp", "wb") as f:
+                    f.write(text)
+                os.replace(path + ".tmp", path)
+            self._saved_text = text
+        except FileNotFoundError:
+            self._saved_text = text
+        except OSError as err:
+            self.logger.error("HISTORY(%s): failed to save replay positions - %s",
+                              self.topic_name, err)
+
+    def tick(self, now: float) -> None:
+        """Periodic: fsync what waits longer than --sync-timeout, then expire."""
+        if self.replaying or self._saved_text:
+            self.save_replays()
+        if self.unsynced and now - self.last_sync >= self.sync_timeout:
+            self._sync(background=True)
+        if self.retention_ns:
+            self.expire(time.time_ns())
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def oldest(self) -> int:
+        return min((s.min_ts for s in self.segments if s.count), default=0)
+
+    def newest(self) -> int:
+        return max((s.max_ts for s in self.segments if s.count), default=0)
+
+    def messages(self) -> int:
+        return sum(s.count for s in self.segments)
+
+    def end(self) -> tuple[int, int]:
+        """The position after the last record now."""
+        return self.active.sid, self.active.size
+
+    def position(self, ts: int) -> tuple[int, int]:
+        """Where records with timestamp >= ``ts`` start (negative: the beginning)."""
+        for seg in self.segments:
+            if seg.count and seg.max_ts >= ts:
+                return seg.sid, seg.seek(ts)
+        return self.end()
+
+    def segment(self, sid: int) -> Segment | None:
+        for seg in self.segments:
+            if seg.sid == sid:
+                return seg
+        return None
+
+    def stats(self) -> dict[str, int]:
+        """The ``history`` key of the topic in /stats (the contract's shape)."""
+        return {"messages": self.messages(), "bytes": self.total_bytes(),
+                "segments": len(self.segments), "oldest_timestamp": self.oldest(),
+                "retention_ns": self.retention_ns, "retention_bytes": self.retention_bytes}
+
+    # --- closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for sid in list(self._made):
+            fd = self._made.pop(sid, None)
+            if fd is not None:
+                os.close(fd)
+        self.save_replays()
+        for fd in self._sealed:
+            try:
+                _fdatasync(fd)
+            except OSError as err:
+                self.logger.error("HISTORY(%s): fsync at close failed - %s", self.topic_name, err)
+            os.close(fd)
+        self._sealed = []
+        if self.fd >= 0:
+            try:
+                _fdatasync(self.fd)
+            except OSError as err:
+                self.logger.error("HISTORY(%s): fsync at close failed - %s", self.topic_name, err)
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        """The topic is deleted (or keeps no history any more): its log goes with it."""
+        self.close()
+        sids = [s.sid for s in self.segments]
+        self.segments = [Segment(sids[-1] + 1 if sids else 1)]
+        self._unlink(sids)
+        try:
+            for name in os.listdir(self.dir):
+                os.unlink(os.path.join(self.dir, name))
+            os.rmdir(self.dir)
+        except OSError as err:
+            self.logger.error("HISTORY(%s): failed to remove %s - %s", self.topic_name, self.dir, err)
+
+
+class Cursor:
+    """Reads a log's records in order from a position, a chunk at a time; stops at ``stop``
+    (a position, default: wherever the log ends when :meth:`next` is called)."""
+
+    def __init__(self, log: Log, sid: int, offset: int,
+                 stop: tuple[int, int] | None = None) -> None:
+        self.log = log
+        self.sid, self.offset = sid, offset
+        self.stop = stop
+        self._fd = -1
+        self._fd_sid = -1
+
+    def _segment(self) -> Segment | None:
+        """The segment the cursor is in, moving on past ones dropped meanwhile."""
+        for seg in self.log.segments:
+            if seg.sid >= self.sid:
+                if seg.sid > self.sid:
+                    self.sid, self.offset = seg.sid, 0
+                return seg
+        return None
+
+    def next(self) -> list[tuple] | None:
+        """The next records ``(id, body, ts, delay_ms)``; None at the end."""
+        while True:
+            seg = self._segment()
+            if seg is None:
+                return None
+            end = seg.size
+            stop = self.stop
+            if stop is not None:
+                if self.sid > stop[0] or (self.sid == stop[0] and self.offset >= stop[1]):
+                    return None
+                if self.sid == stop[0]:
+                    end = min(end, stop[1])
+            if self.offset >= end:
+                if seg is self.log.segments[-1] or (stop is not None and self.sid >= stop[0]):
+                    return None
+                self.sid, self.offset = self.sid + 1, 0
+                continue
+            try:
+                fd = self._open(seg.sid)
+            except FileNotFoundError:  # dropped by expiry meanwhile
+                self.sid, self.offset = self.sid + 1, 0
+                continue
+            buf = os.pread(fd, min(CHUNK, end - self.offset), self.offset)
+            out: list[tuple] = []
+            pos = 0
+            while pos + BLOCK.size <= len(buf):
+                length = BLOCK.unpack_from(buf, pos)[0]
+                if pos + BLOCK.size + length > len(buf):
+                    break
+                parse_block(buf[pos + BLOCK.size:pos + BLOCK.size + length], out)
+                pos += BLOCK.size + length
+            if pos == 0:  # one block larger than a chunk
+                length = BLOCK.unpack_from(buf, 0)[0]
+                data = os.pread(fd, length, self.offset + BLOCK.size)
+                parse_block(data, out)
+                pos = BLOCK.size + length
+            self.offset += pos
+            return out
+
+    def _open(self, sid: int) -> int:
+        if self._fd_sid != sid:
+            self.close()
+            self._fd = os.open(self.log.path(sid), os.O_RDONLY)
+            self._fd_sid = sid
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._fd_sid = -1, -1
+
+    def __iter__(self) -> Iterator[list[tuple]]:
+        while True:
+            got = self.next()
+            if got is None:
+                self.close()
+                return
+            yield got

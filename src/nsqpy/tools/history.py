@@ -1,0 +1,88 @@
+"""What ``nsq_tail --from`` and ``nsq_to_file --from/--to`` share: their flags, which nsqd to
+read history from, and the range read (``/history/read``, see :mod:`nsqpy.client.history`).
+
+History is read over nsqd's HTTP API: from every ``--nsqd-http-address`` and every producer of
+the topic that ``--lookupd-http-address`` lists. An nsqd without history (upstream's, or ours
+without ``--retention``) ends the tool with an error naming it; an nsqd that has never seen the
+topic simply has nothing to read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import aiohttp
+
+from ..client.history import (
+    LATEST, FramingError, HistoryError, HistoryUnavailable, Point, aread_messages, parse_point,
+)
+from ..client.lookupd import lookup_url
+from ..common.addr import join_host_port
+from ..common.flags import Flag
+from ..protocol.message import Message
+from . import common
+from .common import fatal
+
+
+def flags(from_help: str, to_help: str) -> list[Flag]:
+    """``--from``, ``--to`` and ``--nsqd-http-address``: nsqpy's, listed in --help."""
+    out = [Flag("from", "", from_help + ": earliest, an RFC 3339 time or unix milliseconds (needs "
+                "nsqd's --retention)", extension=True),
+           Flag("to", "", to_help, extension=True)]
+    http = Flag("nsqd-http-address", [], "nsqd HTTP address to read history from (may be given "
+                "multiple times; nsqlookupd's producers are read too)", kind="list",
+                parse=lambda raw: [raw], extension=True)
+    return out + [http]
+
+
+def points(o: Any) -> tuple[Point, Point] | None:
+    """(from, to) when ``--from``/``--to`` was given, else None; fatal on a bad point."""
+    start_text, end_text = getattr(o, "from", ""), getattr(o, "to", "")
+    if not start_text and not end_text:
+        return None
+    try:
+        start = parse_point(start_text or "earliest", "--from")
+        end = parse_point(end_text or LATEST, "--to")
+    except ValueError as err:
+        fatal(str(err))
+    if start == LATEST:
+        fatal("--from cannot be latest (without --from the tool starts at the latest message)")
+    if not o.nsqd_http_address and not o.lookupd_http_address:
+        fatal("--from/--to need --nsqd-http-address or --lookupd-http-address (history is read "
+              "over nsqd's HTTP API)")
+    return start, end
+
+
+async def nodes(session: Any, o: Any, topic: str) -> list[str]:
+    """The HTTP bases to read ``topic``'s history from."""
+    out = [common.http_base(a) for a in o.nsqd_http_address]
+    for address in o.lookupd_http_address:
+        try:
+            data = common.unwrap_v1(await common.get_json(session, lookup_url(address, topic)))
+        except common.HTTPQueryError as err:
+            if "TOPIC_NOT_FOUND" not in str(err):
+                fatal(f"cannot read the producers of {topic} at {address}: {err}")
+            continue
+        for p in (data or {}).get("producers") or ():
+            host = p.get("broadcast_address") or p.get("address")
+            base = "http://" + join_host_port(str(host), int(p.get("http_port", 4151)))
+            if base not in out:
+                out.append(base)
+    return out
+
+
+async def read(session: Any, o: Any, topic: str, start: Point, end: Point) -> AsyncIterator[list[Message]]:
+    """The retained messages of ``topic`` in [start, end) on every nsqd, one nsqd after the
+    other (log order within each)."""
+    for base in await nodes(session, o, topic):
+        try:
+            async for batch in aread_messages(session, base, topic, start, end):
+                yield batch
+        except HistoryUnavailable as err:
+            fatal(str(err))
+        except HistoryError as err:
+            if err.code == "TOPIC_NOT_FOUND":
+                continue
+            fatal(f"reading the history of {topic}: {err}")
+        except (OSError, aiohttp.ClientError, FramingError) as err:
+            fatal(f"reading the history of {topic} at {base}: {err}")

@@ -1,0 +1,118 @@
+"""nsq_tail --from and nsq_to_file --from/--to against a real nsqd with --retention, as
+subprocesses; and against nsqd (ours without retention, and upstream's) that keep no history."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from helpers.servers import ServerProcess, free_port, unique_name
+from helpers.upstream import upstream_binary
+from tools.tool_util import archive_lines, create_channel, files_under, http, mpub, run_tool, wait_for
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _history_window(nsqd, topic: str) -> tuple[int, int]:
+    import orjson
+
+    status, body = http("GET", f"http://{nsqd.http_address}/history/segments?topic={topic}")
+    assert status == 200, body
+    doc = orjson.loads(body)
+    return doc["oldest_timestamp"], doc["newest_timestamp"]
+
+
+def test_tail_from_earliest_to_latest_prints_the_history_and_exits(nsqd_factory):
+    nsqd = nsqd_factory("--retention=1h")
+    topic = unique_name("th")
+    create_channel(nsqd.http_address, topic, "gone")  # live channels have nothing to do with it
+    bodies = [b"old-%03d" % i for i in range(300)]
+    mpub(nsqd.http_address, topic, bodies)
+    out = run_tool("nsq_tail", f"--topic={topic}", f"--nsqd-http-address={nsqd.http_address}",
+                   "--from=earliest", "--to=latest", timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(b"\n")[:-1] == bodies  # in publish order, once each
+
+
+def test_tail_from_then_live_without_a_gap_or_a_repeat(nsqd_factory, tools):
+    """--from without --to: the history, then the live messages (subscribed before the history
+    was read, so none is missed, and none the history showed is printed twice)."""
+    nsqd = nsqd_factory("--retention=1h")
+    topic = unique_name("tl")
+    old = [b"old-%03d" % i for i in range(200)]
+    mpub(nsqd.http_address, topic, old)
+    tail = tools.start("nsq_tail", f"--topic={topic}", f"--nsqd-http-address={nsqd.http_address}",
+                       f"--nsqd-tcp-address={nsqd.tcp_address}", "--from=earliest", "--n=260")
+    wait_for(lambda: tail.stdout().count(b"\n") >= 200, 20, what="the history printed")
+    live = [b"live-%03d" % i for i in range(60)]
+    mpub(nsqd.http_address, topic, live)
+    assert tail.wait(30) == 0, tail.stderr()
+    assert tail.stdout().split(b"\n")[:-1] == old + live
+
+
+def test_to_file_archives_a_range_and_exits(nsqd_factory, tmp_path):
+    """[earliest, just after the first 100 messages): the files hold those, nothing is consumed."""
+    from nsqpy.client.history import format_point
+
+    nsqd = nsqd_factory("--retention=1h")
+    topic = unique_name("tf")
+    first = [b"a-%03d" % i for i in range(100)]
+    mpub(nsqd.http_address, topic, first)
+    time.sleep(0.05)
+    _, end_of_first = _history_window(nsqd, topic)
+    mpub(nsqd.http_address, topic, [b"b-%03d" % i for i in range(100)])
+    out_dir = tmp_path / "out"
+    result = run_tool("nsq_to_file", f"--topic={topic}", f"--nsqd-http-address={nsqd.http_address}",
+                      "--from=earliest", f"--to={format_point(end_of_first + 1)}", f"--output-dir={out_dir}",
+                      "--gzip", "--filename-format=<TOPIC>.<DATETIME><REV>.log", timeout=30)
+    assert result.returncode == 0, result.stderr
+    files = files_under(out_dir)
+    assert files and all(f.name.startswith(topic) and f.suffix == ".gz" for f in files), files
+    assert archive_lines(files) == first
+    status, body = http("GET", f"http://{nsqd.http_address}/stats?format=json&topic={topic}")
+    assert status == 200 and b'"channels":[]' in body.replace(b" ", b"")
+
+
+@pytest.fixture
+def upstream_nsqd(tmp_path):
+    binary = upstream_binary("nsqd")
+    tcp, http_port = free_port(), free_port()
+    node = ServerProcess([binary, f"--tcp-address=127.0.0.1:{tcp}", f"--http-address=127.0.0.1:{http_port}",
+                          f"--data-path={tmp_path}"], f"http://127.0.0.1:{http_port}/ping", tmp_path / "nsqd.log")
+    node.http_address = f"127.0.0.1:{http_port}"
+    yield node
+    node.stop()
+
+
+@pytest.mark.parametrize("which", ["ours", "upstream"])
+def test_tools_name_the_nsqd_without_history(request, tmp_path, which):
+    node = request.getfixturevalue("nsqd" if which == "ours" else "upstream_nsqd")
+    topic = unique_name("nh")
+    mpub(node.http_address, topic, [b"x"])
+    for argv in (("nsq_tail", f"--topic={topic}", f"--nsqd-http-address={node.http_address}", "--from=earliest",
+                  "--to=latest"),
+                 ("nsq_to_file", f"--topic={topic}", f"--nsqd-http-address={node.http_address}", "--from=earliest",
+                  f"--output-dir={tmp_path}")):
+        result = run_tool(*argv, timeout=30)
+        assert result.returncode == 1, result
+        assert f"nsqd http://{node.http_address} keeps no history".encode() in result.stderr, result.stderr
+        assert b"--retention" in result.stderr
+
+
+def test_bad_points_and_missing_http_sources_are_refused(nsqd):
+    topic = unique_name("bp")
+    result = run_tool("nsq_tail", f"--topic={topic}", f"--nsqd-http-address={nsqd.http_address}",
+                      "--from=yesterday", timeout=30)
+    assert result.returncode == 1 and b"invalid --from 'yesterday'" in result.stderr, result.stderr
+    result = run_tool("nsq_to_file", f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp_address}",
+                      "--from=earliest", timeout=30)
+    assert result.returncode == 1 and b"need --nsqd-http-address or --lookupd-http-address" in result.stderr
+
+
+def test_help_lists_the_history_flags():
+    for tool in ("nsq_tail", "nsq_to_file"):
+        result = run_tool(tool, "--help", timeout=30)
+        text = result.stdout + result.stderr
+        for flag in (b"-from string", b"-to string", b"-nsqd-http-address value"):
+            assert flag in text, (tool, flag)
