@@ -33,16 +33,9 @@ def _check(server, count: int) -> None:
     assert growth < LIMIT_KIB, f"RSS grew {growth} KiB"
 
 
-def test_nsqd_stops_reading_a_client_that_does_not_read(tmp_path):
-    node = Nsqd(tmp_path / "nsqd")
-    try:
-        _check(node, 400_000)
-    finally:
-        node.stop()
-
-
-def test_nsqlookupd_stops_reading_a_client_that_does_not_read(tmp_path):
-    node = Nsqlookupd(tmp_path / "lookupd")
+@pytest.mark.parametrize("daemon", [Nsqd, Nsqlookupd], ids=["nsqd", "nsqlookupd"])
+def test_daemon_stops_reading_a_client_that_does_not_read(tmp_path, daemon):
+    node = daemon(tmp_path / "daemon")
     try:
         _check(node, 400_000)
     finally:
