@@ -172,10 +172,3 @@ def apply_channel(channel: "Channel") -> None:
     channel.disk_full_policy = eff["disk_full_policy"]
     channel.requeue_on_disconnect = bool(opts.requeue_on_disconnect)
     refresh_guard(topic, channel)
-
-
-def uses_lifecycle(channel: "Channel") -> bool:
-    """Whether /stats shows this channel's lifecycle counters (upstream's output otherwise)."""
-    return any(getattr(channel, a, 0) for a in (
-        "max_attempts", "msg_ttl_ns", "max_disk_bytes", "dead_letter_count", "expired_count",
-        "dropped_count"))
