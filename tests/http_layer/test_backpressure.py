@@ -52,3 +52,27 @@ def test_nsqadmin_stops_reading_a_client_that_does_not_read(tmp_path):
             admin.stop()
     finally:
         lookupd.stop()
+
+
+def _post(path: str, body: bytes) -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (
+        path.encode(), len(body), body)
+
+
+def test_a_read_held_back_is_answered_in_order(layer, client):
+    """One write far larger than a slice, mixing answers much larger than their requests (the
+    answers owed pass the limit mid-read), an awaiting handler, bodies buffered, drained and
+    streamed: the rest of the read waits unparsed, and every request is answered, in order."""
+    server = layer()
+    c = client(server.port, timeout=30)
+    burst = [b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n"] * 120 + [
+        b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n", _post("/buffer", b"abc"),
+        _post("/drain", b"d" * 3000), _post("/stream", b"s" * 5000)]
+    burst = burst * 3 + [b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"] * 2000
+    data = b"".join(burst)
+    assert len(data) > 4 * (16 << 10)
+    c.send(data)
+    bodies = [c.read_answer()[2] for _ in range(len(burst))]
+    expected = ([b"x" * 5000] * 120 + [b"slow", b"got 3", b"drained", b"5000"]) * 3
+    assert bodies == expected + [b"OK"] * 2000
+    assert server.errors == []
