@@ -108,7 +108,8 @@ def stop(proc: subprocess.Popen) -> None:
 class Server:
     """One daemon (or the layer alone) on free loopback ports, stopped by PID."""
 
-    def __init__(self, daemon: str, bin_dir: Path | None, workdir: Path) -> None:
+    def __init__(self, daemon: str, bin_dir: Path | None, workdir: Path,
+                 nsqd_flags: tuple[str, ...] = ()) -> None:
         self.http = free_port()
         self.tcp = free_port()
         self.peers: list[socket.socket] = []
@@ -120,7 +121,7 @@ class Server:
             if daemon == "nsqd":
                 data = workdir / f"nsqd-{self.http}"
                 data.mkdir()
-                argv += [f"--data-path={data}"]
+                argv += [f"--data-path={data}", *nsqd_flags]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_ping(self.proc, self.http)
@@ -193,12 +194,12 @@ def run_wrk(row: Row, port: int, duration: float, workdir: Path,
 
 
 def measure(side: str, bin_dir: Path | None, rows: list[Row], duration: float,
-            workdir: Path) -> dict[str, dict[str, float]]:
+            workdir: Path, nsqd_flags: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
     results = {}
     for daemon in dict.fromkeys(r.daemon for r in rows):
         if daemon == "layer" and side != "nsqpy":
             continue
-        server = Server(daemon, bin_dir, workdir)
+        server = Server(daemon, bin_dir, workdir, nsqd_flags)
         try:
             for row in (r for r in rows if r.daemon == daemon):
                 run_wrk(row, server.http, 1.0, workdir)  # warm-up
@@ -223,6 +224,9 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows")
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--nsqd-flag", action="append", default=[],
+                    help="a flag for both sides' nsqd, e.g. --nsqd-flag=--mem-queue-size=100000000 "
+                         "(nothing written to disk on either side)")
     ap.add_argument("--serve-layer", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_layer:
@@ -238,7 +242,8 @@ def main() -> None:
         workdir = Path(tmp)
         for rnd in range(args.rounds):
             order = sides if rnd % 2 else list(reversed(sides))
-            results = {side: measure(side, path, rows, args.duration, workdir)
+            results = {side: measure(side, path, rows, args.duration, workdir,
+                                     tuple(args.nsqd_flag))
                        for side, path in order}
             print(f"round {rnd + 1} ({' then '.join(s for s, _ in order)}), wrk -t1, "
                   f"{args.duration:g}s per row")

@@ -24,7 +24,10 @@ def go_json(value: Any, sort_keys: bool = False) -> bytes:
     escaped, map keys sorted when ``sort_keys`` (Go sorts maps; structs keep field order).
     Those characters can only occur inside strings, so escaping the encoded bytes is exact."""
     out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
-    if _GO_HTML_ESCAPES.search(out):
+    # (memchr-fast membership tests first: a regex search over a multi-megabyte /stats
+    # answer cost as much as encoding it)
+    if (b"<" in out or b">" in out or b"&" in out or b"\xe2" in out) and (
+            _GO_HTML_ESCAPES.search(out)):
         out = _GO_HTML_ESCAPES.sub(lambda m: _GO_ESCAPE_MAP[m.group()], out)
     return out
 

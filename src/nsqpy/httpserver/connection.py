@@ -62,13 +62,17 @@ MAX_SKIP = 256 << 10
 #: answers a connection may owe before its next requests wait (pipelined requests whose
 #: answers are much larger than they are must not pile up answers in memory)
 OUT_LIMIT = 256 << 10
+#: a read larger than this is parsed a slice at a time, and what is left of it once answers
+#: pile up (or a handler awaits, or the client stops reading) waits unparsed, with reading
+#: paused: pipelined requests read ahead are bounded by this many bytes, not by a read
+SLICE = 16 << 10
 
 # request phases
 _PENDING, _ACTIVE, _ANSWERED = 0, 1, 2
 # body states (a request without a body is complete at once)
 _RECEIVING, _COMPLETE, _BROKEN = 0, 1, 2
 # why reading is paused (bits)
-_PAUSE_WRITES, _PAUSE_HANDLER = 1, 2
+_PAUSE_WRITES, _PAUSE_HANDLER, _PAUSE_PENDING = 1, 2, 4
 
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 
@@ -95,7 +99,7 @@ class HTTPConnection(asyncio.Protocol):
     __slots__ = ("server", "app", "transport", "parser", "url", "headers", "method_override",
                  "url_override", "req", "queue", "running", "out", "closing", "close_after_write",
                  "paused", "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed",
-                 "ready", "heads", "out_size", "backlogged", "write_queued")
+                 "ready", "heads", "out_size", "backlogged", "write_queued", "pending")
 
     def __init__(self, server: Listener) -> None:
         self.server = server
@@ -124,6 +128,7 @@ class HTTPConnection(asyncio.Protocol):
         self.out_size = 0  # bytes of answers in ``out``
         self.backlogged = False  # handlers wait until those are handed to the transport
         self.write_queued = False  # the server writes our answers at the end of this iteration
+        self.pending: bytes | None = None  # the unparsed rest of a read, while reading is held
 
     # --- asyncio callbacks ----------------------------------------------------------------------
 
@@ -143,6 +148,7 @@ class HTTPConnection(asyncio.Protocol):
             self._body_broken(req)
         self.queue.clear()
         self.out.clear()
+        self.pending = None
 
     def eof_received(self) -> bool:
         req = self.req
@@ -166,8 +172,52 @@ class HTTPConnection(asyncio.Protocol):
         self.deadline = self.server.now + self.server.idle_timeout if self.idle else 0.0
         if self.backlogged:
             self.write_out()  # the requests held back while the client was not reading
+        else:
+            self._feed_pending_soon()
 
     def data_received(self, data: bytes) -> None:
+        """Parse what came; a large read a :data:`SLICE` at a time, keeping the rest for
+        later once this connection must not take more requests now (see :meth:`_held`)."""
+        if self.pending is not None:  # (a read that raced our pause_reading)
+            self.pending += data
+            return
+        size = len(data)
+        if size <= SLICE:
+            self._receive(data)
+            if self.backlogged and self.transport is not None:
+                self.pending = b""  # read nothing more until the answers owed went out
+                self._pause(_PAUSE_PENDING)
+            return
+        view = memoryview(data)
+        for start in range(0, size, SLICE):
+            self._receive(bytes(view[start:start + SLICE]))
+            if start + SLICE < size and self._held():
+                if self.transport is not None and not (self.closing and self.req is None):
+                    self.pending = bytes(view[start + SLICE:])
+                    self._pause(_PAUSE_PENDING)
+                return
+
+    def _held(self) -> bool:
+        """No more requests are taken now: answers owed exceed :data:`OUT_LIMIT`, a handler
+        awaits, or the client is not reading what we wrote."""
+        return self.backlogged or bool(self.paused & (_PAUSE_WRITES | _PAUSE_HANDLER))
+
+    def _feed_pending_soon(self) -> None:
+        if self.pending is not None and not self._held() and self.transport is not None:
+            asyncio.get_running_loop().call_soon(self._feed_pending)
+
+    def _feed_pending(self) -> None:
+        """Parse the rest of a read held back; read the socket again once all of it went."""
+        data = self.pending
+        if data is None or self.transport is None or self._held():
+            return  # (gone, or held again: the next release schedules this again)
+        self.pending = None
+        if data:
+            self.data_received(data)
+        if self.pending is None:
+            self._resume(_PAUSE_PENDING)
+
+    def _receive(self, data: bytes) -> None:
         if self.closing and (self.close_after_write or self.req is None):
             return
         head_bytes = self.head_bytes
@@ -667,9 +717,12 @@ class HTTPConnection(asyncio.Protocol):
         if self.close_after_write or (self.closing and not self.queue and self.running is None
                                       and self.req is None):
             transport.close()
-        elif (not self.idle and not self.queue and self.running is None and self.req is None
-              and self.head_bytes < 0):
+            return
+        if (not self.idle and not self.queue and self.running is None and self.req is None
+                and self.head_bytes < 0):
             self._go_idle()
+        if self.pending is not None:
+            self._feed_pending_soon()
 
     def _go_idle(self) -> None:
         self.idle = True

@@ -175,8 +175,9 @@ def encode(head: Head, body: bytes, date: bytes, http11: bool = True, close: boo
         conn = b"Connection: close\r\n" if close else b""
         if head_request:  # Go sends neither a length nor chunking for a big HEAD answer
             return b"%s%s\r\n%s%s\r\n" % (head.prefix11, date, ctype, conn), close
-        return (b"%s%s\r\n%s%sTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
-                % (head.prefix11, date, ctype, conn, n, body)), close
+        # (joined: ``%`` copies a multi-megabyte body through a growing buffer, 15x slower)
+        return b"".join((b"%s%s\r\n%s%sTransfer-Encoding: chunked\r\n\r\n%x\r\n"
+                         % (head.prefix11, date, ctype, conn, n), body, b"\r\n0\r\n\r\n")), close
     out = b"%s%s\r\n%s\r\n" % (head.prefix10, date, ctype)
     return (out if head_request else out + body), True
 

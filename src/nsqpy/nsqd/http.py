@@ -493,13 +493,25 @@ class NsqdHTTP:
         as_json = first_value(query, "format") == "json"
         include_clients = _BOOL_PARAMS.get(first_value(query, "include_clients") or "", True)
         include_mem = _BOOL_PARAMS.get(first_value(query, "include_mem") or "", True)
-        topics, producers = nsq_stats.collect(self.nsqd, first_value(query, "topic") or "",
-                                              first_value(query, "channel") or "", include_clients)
-        memory = nsq_stats.memory_stats() if include_mem else None
-        if as_json:
-            return OK_JSON, go_json(nsq_stats.stats_document(self.nsqd, topics, producers, memory))
-        text = nsq_stats.stats_text(version_string("nsqd"), self.nsqd, topics, producers, memory)
-        return OK_V1, text.encode()  # (it starts with the version line: sniffed as text)
+        # no collection while the snapshot is built: its tens of thousands of new dicts would
+        # trigger young (or full) collections that walk them all, and they are freed by
+        # reference counting as soon as the answer is encoded
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            topics, producers = nsq_stats.collect(
+                self.nsqd, first_value(query, "topic") or "", first_value(query, "channel") or "",
+                include_clients)
+            memory = nsq_stats.memory_stats() if include_mem else None
+            if as_json:
+                document = nsq_stats.stats_document(self.nsqd, topics, producers, memory)
+                return OK_JSON, go_json(document)  # (the one place /stats is encoded)
+            text = nsq_stats.stats_text(version_string("nsqd"), self.nsqd, topics, producers,
+                                        memory)
+            return OK_V1, text.encode()  # (it starts with the version line: sniffed as text)
+        finally:
+            if collecting:
+                gc.enable()
 
     # --- /config -------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ def _client(**kw):
     base = dict(client_id="cid", hostname="host", remote_address="10.0.0.1:4242", state=3,
                 ready_count=5, in_flight={b"a": 1, b"b": 2}, message_count=7, finish_count=4,
                 requeue_count=1, connect_ts=int(time.time()) - 65, sample_rate=0, deflate=False,
-                snappy=True, user_agent="ua/1", pub_counts={})
+                snappy=True, user_agent="ua/1", pub_counts={}, auth_state=None, tls_info=None)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -30,8 +30,8 @@ _HOST = SimpleNamespace(lifecycle=Upstream())
 
 
 def _channel(name, clients=(), **kw):
-    base = dict(nsqd=_HOST, name=name, depth=3, backend=SimpleNamespace(depth=1), in_flight_count=2,
-                deferred=[1], message_count=9, requeue_count=1, timeout_count=0,
+    base = dict(nsqd=_HOST, name=name, mem=[b"m", b"m"], backend=SimpleNamespace(depth=1),
+                orphans=[], deferred=[1], message_count=9, requeue_count=1, timeout_count=0,
                 clients=list(clients), paused=False, e2e=None)
     base.update(kw)
     return SimpleNamespace(**base)
@@ -56,7 +56,7 @@ def test_collect_sorts_filters_and_nulls():
     ca = _client(pub_counts={"x": 1})
     nsqd = SimpleNamespace(topics={"b": _topic("b", [_channel("z"), _channel("a", [ca])]),
                                    "a": _topic("a", [_channel("m")])},
-                           clients={1: ca, 2: _client()})
+                           clients={1: ca, 2: _client()}, lifecycle=Upstream())
     topics, producers = s.collect(nsqd)
     assert [t["topic_name"] for t in topics] == ["a", "b"]
     assert [c["channel_name"] for c in topics[1]["channels"]] == ["a", "z"]

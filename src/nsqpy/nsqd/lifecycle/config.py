@@ -193,10 +193,3 @@ def apply_channel(channel: "Channel") -> None:
         from ..history.replay import resume  # a replay under way at the last stop goes on
 
         resume(channel)
-
-
-def uses_lifecycle(channel: "Channel") -> bool:
-    """Whether /stats shows this channel's lifecycle counters (upstream's output otherwise)."""
-    return any(getattr(channel, a, 0) for a in (
-        "max_attempts", "msg_ttl_ns", "max_disk_bytes", "dead_letter_count", "expired_count",
-        "dropped_count"))

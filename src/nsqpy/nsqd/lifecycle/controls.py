@@ -74,7 +74,9 @@ class Controls:
     def channel_stats(self, channel: "Channel", stats: dict[str, Any]) -> dict[str, Any]:
         """The counters appear only for a channel that uses a control (so default output stays
         upstream's, field for field)."""
-        if config.uses_lifecycle(channel):
+        # (the attributes read directly: this runs for every channel of every /stats)
+        if (channel.max_attempts or channel.msg_ttl_ns or channel.max_disk_bytes
+                or channel.dead_letter_count or channel.expired_count or channel.dropped_count):
             stats["dead_letter_count"] = channel.dead_letter_count
             stats["expired_count"] = channel.expired_count
             stats["dropped_count"] = channel.dropped_count
