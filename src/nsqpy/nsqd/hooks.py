@@ -198,6 +198,12 @@ class History(Protocol):
     def delete(self) -> None: ...
 
 
+class HistoryRoom(Protocol):
+    """``nsqd.history``: the room that keeps the topics' logs (history/room.py)."""
+
+    def restore_topics(self) -> None: ...  # at start-up, after nsqd.dat: topics with a log on disk
+
+
 class Feeder(Protocol):
     """A channel's replay of its topic's history (``channel.feeder``; history/replay.py): the
     channel takes retained messages from it once its own queue is empty, and while it is set

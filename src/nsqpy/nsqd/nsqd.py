@@ -465,6 +465,12 @@ class NSQD:
         """Recreate topics and channels from nsqd.dat, and write it back at once (upstream's
         FATAL lines when either cannot be done)."""
         self.load_metadata()
+        if self.history is not None:  # logs on disk whose topic nsqd.dat did not list yet
+            self._loading = True
+            try:
+                self.history.restore_topics()
+            finally:
+                self._loading = False
         try:
             self.persist_metadata()
         except OSError as err:

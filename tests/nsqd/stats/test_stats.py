@@ -40,7 +40,7 @@ def _channel(name, clients=(), **kw):
 def _topic(name, channels):
     return SimpleNamespace(nsqd=_HOST, name=name, channels={c.name: c for c in channels}, depth=0,
                            backend=SimpleNamespace(depth=0), message_count=9, message_bytes=90,
-                           paused=False,
+                           paused=False, history=None,
                            e2e_result=lambda: {"count": 0, "percentiles": None})
 
 

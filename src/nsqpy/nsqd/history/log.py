@@ -45,6 +45,7 @@ _id, _body, _ts = itemgetter(0), itemgetter(1), itemgetter(2)
 _TSS, _SIZES, _IDS = (RepeatedRecords("q", 256, ">"), RepeatedRecords("I", 256, ">"),
                       RepeatedRecords("16s", 256))
 _same_size: dict[int, RepeatedRecords] = {}
+SUFFIX = ".history"  # <data-path>/<topic>.history/: one topic's segments
 SEGMENT_BYTES = 64 << 20  # a segment rolls past this (smaller with a small --retention-bytes)
 MIN_SEGMENT_BYTES = 4096
 MIN_ROLL_NS = 1_000_000_000
@@ -202,7 +203,7 @@ class Log:
     def __init__(self, data_path: str, topic_name: str, retention_ns: int, retention_bytes: int,
                  sync_every: int, sync_timeout: float, logger: logging.Logger,
                  executor: Executor, ahead: Executor | None = None) -> None:
-        self.dir = os.path.join(data_path, f"{topic_name}.history")
+        self.dir = os.path.join(data_path, topic_name + SUFFIX)
         self.topic_name = topic_name
         self.logger = logger
         self.executor = executor

@@ -4,11 +4,14 @@ fsync and expiry, and a thread for the slow file work (background fsyncs, removi
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from .log import Log
+from ...protocol.names import is_ephemeral, is_valid_name
+from .log import SUFFIX, Log
+from .options import history_on
 
 if TYPE_CHECKING:
     from ..nsqd import NSQD
@@ -44,6 +47,26 @@ class History:
         else:
             log.configure(retention_ns, retention_bytes)
             log.expire(time.time_ns())
+
+    def restore_topics(self) -> None:
+        """A topic is created, and its first messages appended and acknowledged, before nsqd.dat
+        is written again (it is written after a create, off the event loop: docs/operations.md);
+        after a kill -9 in between, nsqd.dat does not list the topic whose log holds them. With
+        history on for every topic (the flags), such a topic comes back with a warning, so no
+        acknowledged message is out of reach."""
+        if not history_on(self.nsqd.options.values):
+            return  # a per-topic setting lost with the entry: the log stays on disk, unread
+        try:
+            entries = list(os.scandir(self.nsqd.data_path))
+        except OSError:
+            return
+        for entry in entries:
+            name = entry.name[:-len(SUFFIX)]
+            if (entry.name.endswith(SUFFIX) and entry.is_dir() and is_valid_name(name)
+                    and not is_ephemeral(name) and name not in self.nsqd.topics):
+                self.nsqd.logger.warning("TOPIC(%s): restored from its history log (not in nsqd.dat)",
+                                         name)
+                self.nsqd.get_topic(name)
 
     def logs(self) -> list[tuple[Any, Log]]:
         return [(t, t.history) for t in list(self.nsqd.topics.values()) if t.history is not None]
