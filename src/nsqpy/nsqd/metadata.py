@@ -12,11 +12,15 @@ import fcntl
 import os
 from typing import Any
 
-import orjson
-
 from .. import NSQ_COMPAT_VERSION
+from ..common.gojson import ANY, BOOL, STRING, GoJSONError, ListOf, decode_struct, loads
+from ..common.goweb import go_json
 
 METADATA_FILE = "nsqd.dat"
+# upstream's Metadata, TopicMetadata and ChannelMetadata; ``config`` is the lifecycle feature's
+# per-entity settings (docs), carried as read
+_CHANNEL = {"name": STRING, "paused": BOOL, "config": ANY}
+_METADATA = {"topics": ListOf({**_CHANNEL, "channels": ListOf(_CHANNEL)}), "version": STRING}
 
 
 def atomic_write(path: str, data: bytes) -> None:
@@ -31,7 +35,7 @@ def atomic_write(path: str, data: bytes) -> None:
 
 
 def encode_metadata(topics: list[dict[str, Any]]) -> bytes:
-    return orjson.dumps({"topics": topics, "version": NSQ_COMPAT_VERSION})
+    return go_json({"topics": topics, "version": NSQ_COMPAT_VERSION})
 
 
 def read_metadata(data_path: str) -> list[dict[str, Any]] | None:
@@ -43,12 +47,10 @@ def read_metadata(data_path: str) -> list[dict[str, Any]] | None:
     except FileNotFoundError:
         return None
     try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
+        doc = decode_struct(raw, _METADATA, "nsqd.Metadata")
+    except GoJSONError as err:
         raise ValueError(f"failed to parse metadata - {err}") from None
-    if not isinstance(doc, dict):
-        raise ValueError("failed to parse metadata - not an object")
-    return [t for t in (doc.get("topics") or []) if isinstance(t, dict)]
+    return doc.get("topics") or []
 
 
 def deferred_sidecar_path(data_path: str, queue_name: str) -> str:
@@ -64,7 +66,7 @@ def write_deferred_sidecar(data_path: str, queue_name: str, due: dict[bytes, int
         except FileNotFoundError:
             pass
         return
-    atomic_write(path, orjson.dumps({k.decode(): v for k, v in due.items()}))
+    atomic_write(path, go_json({k.decode(): v for k, v in due.items()}))
 
 
 def take_deferred_sidecar(data_path: str, queue_name: str) -> dict[bytes, int]:
@@ -72,9 +74,9 @@ def take_deferred_sidecar(data_path: str, queue_name: str) -> dict[bytes, int]:
     path = deferred_sidecar_path(data_path, queue_name)
     try:
         with open(path, "rb") as fh:
-            doc = orjson.loads(fh.read())
+            doc = loads(fh.read())
         os.unlink(path)
-    except (OSError, orjson.JSONDecodeError):
+    except (OSError, GoJSONError):
         return {}
     if not isinstance(doc, dict):
         return {}
