@@ -36,6 +36,8 @@ pytestmark = pytest.mark.timeout(300)
                                                                b'0.000001,1.5e-7,0.1,123456789]'),
     ({"b": 1, "a": [True, None]}, b'{"b":1,"a":[true,null]}'),
     (1 << 70, b"1180591620717411303424"),
+    ({"page-1": "e-1", "v": "1.0,", "x": 2.5}, b'{"page-1":"e-1","v":"1.0,","x":2.5}'),
+    ([1.0], b"[1]"), (2.0, b"2"), ([1e-7, {"a": 5e+300}], b'[1e-7,{"a":5e+300}]'),
 ])
 def test_dumps_as_go(value, expected):
     assert dumps(value) == expected
@@ -120,7 +122,7 @@ def test_fast_path_is_taken_for_plain_documents():
                                            for i in range(100)]}
     import orjson
     assert dumps(doc) == orjson.dumps(doc)
-    assert gojson._NOT_GO.search(orjson.dumps(doc)) is None
+    assert gojson._is_go(orjson.dumps(doc))
 
 
 # --- against Go itself -------------------------------------------------------------------------
