@@ -423,7 +423,7 @@ def fold_key(key: str) -> str:
 
 
 def _type_error(value: Any, kind: Any, name: str) -> GoJSONError:
-    what = _go_kind(value, with_number=kind in _INT_RANGES)
+    what = _go_kind(value, with_number=isinstance(kind, str) and kind in _INT_RANGES)
     go = kind if isinstance(kind, str) else "[]" if isinstance(kind, ListOf) else "struct"
     return GoJSONError(f"json: cannot unmarshal {what} into Go struct field .{name} of type {go}")
 
@@ -438,7 +438,7 @@ def _store(kind: Any, value: Any, name: str) -> Any:
     elif kind == BOOL:
         if isinstance(value, bool):
             return value
-    elif kind in _INT_RANGES:
+    elif isinstance(kind, str) and kind in _INT_RANGES:
         if isinstance(value, _Num) and _INTEGER.fullmatch(value):
             n = int(value)
             low, high = _INT_RANGES[kind]
