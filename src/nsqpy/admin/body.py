@@ -1,34 +1,15 @@
 """Request bodies read as upstream's handlers read them: ``json.NewDecoder(body).Decode(&struct)``
 into a struct of string fields, with Go's error texts (the API answers them in ``message``).
 
-Sans I/O. :func:`~nsqpy.common.gojson.scan_value` walks the bytes with Go's scanner states, so
+Sans I/O. :func:`~nsqpy.common.goscan.scan_value` walks the bytes with Go's scanner states, so
 a malformed body is refused with the same ``invalid character 'x' ...`` as upstream's; a valid
-value is then decoded and matched to the struct's fields as Go's decoder does (keys in order,
-exact or case-insensitive, ``null`` leaves a field alone, a wrong type is reported).
+value is then decoded into the struct's fields by :func:`nsqpy.common.gojson.decode_struct`.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from ..common.gojson import scan_value
-
-
-class _Object(list):  # type: ignore[type-arg]
-    """A JSON object as its (key, value) pairs in order (Go's decoder visits keys in order)."""
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, _Object):
-        return "object"
-    return "array"
+from ..common.gojson import STRING, decode_struct
+from ..common.goscan import scan_value
 
 
 def struct_type(fields: tuple[str, ...]) -> str:
@@ -38,24 +19,8 @@ def struct_type(fields: tuple[str, ...]) -> str:
 
 
 def decode_body(raw: bytes, fields: tuple[str, ...]) -> dict[str, str]:
-    """The string fields of a JSON object body; ValueError with Go's error text."""
-    value = json.loads(scan_value(raw).decode("utf-8", "replace"), object_pairs_hook=_Object)
-    out = dict.fromkeys(fields, "")
-    if value is None:
-        return out
-    if not isinstance(value, _Object):
-        raise ValueError(f"json: cannot unmarshal {_kind(value)} into Go value of type "
-                         f"{struct_type(fields)}")
-    error = None
-    for key, v in value:
-        name = key if key in out else next((f for f in fields if f == key.lower()), None)
-        if name is None or v is None:
-            continue
-        if isinstance(v, str):
-            out[name] = v
-        elif error is None:
-            error = (f"json: cannot unmarshal {_kind(v)} into Go struct field .{name} "
-                     f"of type string")
-    if error is not None:
-        raise ValueError(error)
-    return out
+    """The string fields of a JSON object body (the first value, read by Go's scanner,
+    decoded by :mod:`nsqpy.common.gojson`); ValueError with Go's error text."""
+    value = scan_value(raw)
+    return {**dict.fromkeys(fields, ""),
+            **decode_struct(value, dict.fromkeys(fields, STRING), struct_type(fields))}

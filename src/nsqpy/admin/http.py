@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-import orjson
 from aiohttp import hdrs, web
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.flags import format_duration
 from ..common.router import Router, unrouted_response
 from ..common.log import parse_level, set_level
+from ..common.gojson import GoJSONError, decode_strings
 from ..common.goweb import ApiError, go_json
 from ..common.prometheus import http_response as metrics_response
 from ..protocol.names import is_valid_name
@@ -478,13 +478,10 @@ class HTTPServer:
             if len(body) == read_max or not body:
                 raise ApiError(413, "INVALID_VALUE")
             if opt == "nsqlookupd_http_addresses":
-                try:
-                    addrs = orjson.loads(body)
-                except orjson.JSONDecodeError:
+                try:  # Go's json.Unmarshal into a []string
+                    addrs = decode_strings(body)
+                except GoJSONError:
                     raise ApiError(400, "INVALID_VALUE") from None
-                if addrs is not None and (not isinstance(addrs, list)
-                                          or not all(isinstance(a, str) for a in addrs)):
-                    raise ApiError(400, "INVALID_VALUE")
                 # Go stores JSON null as a nil list: no lookupd, answered as null
                 self.lookupd_null = addrs is None
                 opts.lookupd_http_address = addrs or []

@@ -20,9 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-import orjson
 
 from ..common.addr import join_host_port
+from ..common.gojson import INT, GoJSONError, decode_struct, loads
 from ..protocol.commands import go_quote
 
 ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
@@ -85,12 +85,9 @@ def client_tls_context(insecure_skip_verify: bool, root_ca_file: str, cert: str,
 def https_endpoint(endpoint: str, body: bytes) -> str:
     """Upstream's ``httpsEndpoint``: the same URL with scheme https and the 403's https_port."""
     try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as err:
+        port = decode_struct(body, {"https_port": INT}).get("https_port", 0)
+    except GoJSONError as err:
         raise RequestError(str(err)) from None
-    port = doc.get("https_port", 0) if isinstance(doc, dict) else 0
-    if isinstance(port, bool) or not isinstance(port, int):
-        raise RequestError("json: cannot unmarshal https_port into Go struct field of type int")
     parts = urlsplit(endpoint)
     return urlunsplit(("https", join_host_port(parts.hostname or "", port), parts.path,
                        parts.query, ""))
@@ -155,8 +152,8 @@ class V1Client:
     async def get_v1(self, url: str) -> Any:
         body = await self._request("GET", url)
         try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as err:
+            return loads(body)
+        except GoJSONError as err:
             raise RequestError(f"invalid JSON from {url} - {err}") from None
 
     async def post_v1(self, url: str) -> None:

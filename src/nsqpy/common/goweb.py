@@ -2,35 +2,15 @@
 
 Upstream's HTTP APIs parse queries with ``url.ParseQuery`` and answer with ``encoding/json``;
 clients and scripts see both in error cases and byte-for-byte bodies, so one copy serves nsqd,
-nsqlookupd and nsqadmin.
+nsqlookupd and nsqadmin (``go_json`` is :func:`nsqpy.common.gojson.dumps`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
-
-import orjson
 
 from ..protocol.names import is_valid_name
-
-_GO_HTML_ESCAPES = re.compile(rb"[<>&]|\xe2\x80[\xa8\xa9]")
-_GO_ESCAPE_MAP = {b"<": b"\\u003c", b">": b"\\u003e", b"&": b"\\u0026",
-                  b"\xe2\x80\xa8": b"\\u2028", b"\xe2\x80\xa9": b"\\u2029"}
-
-
-def go_json(value: Any, sort_keys: bool = False) -> bytes:
-    """JSON as Go's ``encoding/json`` writes it: compact, ``<``, ``>``, ``&``, U+2028 and U+2029
-    escaped, map keys sorted when ``sort_keys`` (Go sorts maps; structs keep field order).
-    Those characters can only occur inside strings, so escaping the encoded bytes is exact."""
-    out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
-    # (memchr-fast membership tests first: a regex search over a multi-megabyte /stats
-    # answer cost as much as encoding it)
-    if (b"<" in out or b">" in out or b"&" in out or b"\xe2" in out) and (
-            _GO_HTML_ESCAPES.search(out)):
-        out = _GO_HTML_ESCAPES.sub(lambda m: _GO_ESCAPE_MAP[m.group()], out)
-    return out
-
+from .gojson import dumps as go_json  # noqa: F401 (the daemons' one JSON writer, as callers know it)
 
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 

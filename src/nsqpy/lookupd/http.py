@@ -16,8 +16,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-import orjson
-
 from .. import NSQ_COMPAT_VERSION
 from ..common.addr import join_host_port
 from ..common.goweb import ApiError, first_value, go_json, parse_query, topic_channel_args
@@ -191,7 +189,7 @@ class LookupdHTTP:
                                   lookupd.tombstone_lifetime_ns, now)
         # {"channels":[...],"producers":[...]} assembled from each peer's cached encoding
         body = b'{"channels":%s,"producers":[%s]}' % (
-            orjson.dumps(channels), b",".join([peer_json(p.peer) for p in producers]))
+            go_json(channels), b",".join([peer_json(p.peer) for p in producers]))
         # consumers poll /lookup: the answer stands until the DB changes or a producer's
         # activity or tombstone runs out
         if len(self._lookups) >= _LOOKUP_CACHE_SIZE:
@@ -218,7 +216,7 @@ class LookupdHTTP:
             # a node is the PeerInfo fields followed by "tombstones" and "topics" (valid names
             # never need Go's HTML escaping)
             nodes.append(b'%s,"tombstones":%s,"topics":%s}' % (
-                peer_json(peer)[:-1], orjson.dumps(tombstones), orjson.dumps(topics)))
+                peer_json(peer)[:-1], go_json(tombstones), go_json(topics)))
         return b'{"producers":[%s]}' % b",".join(nodes)
 
     def debug(self, request: Request) -> bytes:

@@ -40,10 +40,10 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-import orjson
 
 from .. import NSQ_COMPAT_VERSION, version_string
 from ..common.addr import is_unix_socket, listen_socket, listener_name, unix_listen_socket
+from ..common.gojson import GoJSONError, decode_strings
 from ..common.goweb import ApiError, first_value, go_json, parse_query, topic_channel_args
 from ..common.http_api import OK_JSON, OK_V1, plain_text, v1_error, v1_json, v1_text
 from ..common.log import NSQ_LEVEL_NUMBERS, RequestLog, set_level
@@ -564,14 +564,10 @@ class NsqdHTTP:
         return self._config_answer(opt)
 
     def _set_lookupd_addresses(self, body: bytes) -> Any:
-        try:
-            addrs = orjson.loads(body)
-        except orjson.JSONDecodeError:
+        try:  # Go's json.Unmarshal into a []string: null is a nil slice, answered as null
+            addrs = decode_strings(body)
+        except GoJSONError:
             raise ApiError(400, "INVALID_VALUE") from None
-        # Go decodes null into a nil slice, which the option then answers as null
-        if addrs is not None and (not isinstance(addrs, list)
-                                  or not all(isinstance(a, str) for a in addrs)):
-            raise ApiError(400, "INVALID_VALUE")
         flag = self.config_flags["nsqlookupd_tcp_addresses"]
         self.nsqd.options.values[flag.attr] = None if addrs is None else list(addrs)
         result = self.nsqd.set_lookupd_addresses(list(addrs or ()))

@@ -20,9 +20,8 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterable
 
-import orjson
-
 from ..common.addr import join_host_port, split_host_port
+from ..common.gojson import INT, STRING, GoJSONError, decode_struct
 from ..protocol.lookup import (
     DEFAULT_MAX_BODY_SIZE, MAGIC_V1, PING_COMMAND, ResponseDecoder, ResponseTooLarge,
     encode_identify, encode_register, encode_unregister, is_error_response,
@@ -32,6 +31,9 @@ IdentifyFn = Callable[[], dict]
 RegistrationsFn = Callable[[], Iterable[tuple[str, "str | None"]]]
 
 _DISCONNECTED, _CONNECTING, _CONNECTED = range(3)
+# upstream's lookupPeer.Info (peerInfo): what nsqlookupd's IDENTIFY answer is read into
+_PEER_INFO = {"tcp_port": INT, "http_port": INT, "version": STRING, "broadcast_address": STRING}
+_NO_PEER_INFO = {"tcp_port": 0, "http_port": 0, "version": "", "broadcast_address": ""}
 
 
 class LookupdError(Exception):
@@ -205,18 +207,10 @@ class _Peer:
 
         identify = encode_identify(owner.identify())
         (reply,) = await self._roundtrip([identify])
-        try:
-            info = orjson.loads(reply)
-            if not isinstance(info, dict):
-                raise ValueError(reply)
-        except ValueError:
+        try:  # into the peer's info as it stands: a key the answer lacks keeps its value
+            self.info = {**(self.info or _NO_PEER_INFO), **decode_struct(reply, _PEER_INFO)}
+        except GoJSONError:
             raise LookupdError(f"parsing response - {reply!r}") from None
-        self.info = {
-            "tcp_port": _as_int(info.get("tcp_port")),
-            "http_port": _as_int(info.get("http_port")),
-            "version": _as_str(info.get("version")),
-            "broadcast_address": _as_str(info.get("broadcast_address")),
-        }
         i = self.info
         log.info("LOOKUPD(%s): peer info {TCPPort:%d HTTPPort:%d Version:%s BroadcastAddress:%s}",
                  self, i["tcp_port"], i["http_port"], i["version"], i["broadcast_address"])
@@ -261,14 +255,6 @@ class _Peer:
                     await self._wakeup.wait()
             except TimeoutError:
                 pass
-
-
-def _as_int(value: Any) -> int:
-    return value if type(value) is int else 0
-
-
-def _as_str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def _describe(err: BaseException) -> str:

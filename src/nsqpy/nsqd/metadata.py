@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import json
+
 import logging
 import os
 import re
@@ -21,11 +21,11 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-import orjson
-
 from .. import NSQ_COMPAT_VERSION
+from ..common.gojson import loads
+from ..common.goscan import unmarshal_syntax_error
+from ..common.goweb import go_json
 from ..protocol.names import is_ephemeral, is_valid_name
-from ..common.gojson import unmarshal_syntax_error
 
 METADATA_FILE = "nsqd.dat"
 
@@ -68,7 +68,7 @@ def atomic_write(path: str, data: bytes) -> None:
 
 
 def encode_metadata(topics: list[dict[str, Any]]) -> bytes:
-    return orjson.dumps({"topics": topics, "version": NSQ_COMPAT_VERSION})
+    return go_json({"topics": topics, "version": NSQ_COMPAT_VERSION})
 
 
 def join_metadata(entries: Iterable[bytes]) -> bytes:
@@ -77,7 +77,7 @@ def join_metadata(entries: Iterable[bytes]) -> bytes:
     return b'{"topics":[' + b",".join(entries) + b'],"version":' + _VERSION + b"}"
 
 
-_VERSION = orjson.dumps(NSQ_COMPAT_VERSION)
+_VERSION = go_json(NSQ_COMPAT_VERSION)
 
 
 class MetadataDamaged(ValueError):
@@ -97,10 +97,7 @@ def read_metadata(data_path: str) -> list[dict[str, Any]] | None:
     problem = unmarshal_syntax_error(raw)
     doc = None
     if problem is None:
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError:  # valid to Go: a number past 64 bits, bad UTF-8, ...
-            doc = json.loads(raw.decode("utf-8", "replace"))
+        doc = loads(raw)  # valid to Go, so the codec reads it (big numbers, bad UTF-8, ...)
         problem = _type_error(doc)
         doc = doc or {}  # a file holding just null: no topics, as Go decodes it
     if problem is not None:
@@ -213,7 +210,7 @@ def write_deferred_sidecar(data_path: str, queue_name: str, due: dict[bytes, int
         except FileNotFoundError:
             pass
         return
-    atomic_write(path, orjson.dumps({k.decode(): v for k, v in due.items()}))
+    atomic_write(path, go_json({k.decode(): v for k, v in due.items()}))
 
 
 def take_deferred_sidecar(data_path: str, queue_name: str) -> dict[bytes, int]:
@@ -221,9 +218,9 @@ def take_deferred_sidecar(data_path: str, queue_name: str) -> dict[bytes, int]:
     path = deferred_sidecar_path(data_path, queue_name)
     try:
         with open(path, "rb") as fh:
-            doc = orjson.loads(fh.read())
+            doc = loads(fh.read())
         os.unlink(path)
-    except (OSError, orjson.JSONDecodeError):
+    except (OSError, GoJSONError):
         return {}
     if not isinstance(doc, dict):
         return {}

@@ -16,10 +16,10 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
-import orjson
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.daemon import Fatal
+from ..common.goweb import go_json
 from ..protocol.commands import Limits
 from ..protocol.message import MESSAGE_HEADER_SIZE, IdFactory
 from ..protocol.names import is_ephemeral, is_valid_name
@@ -321,8 +321,8 @@ class NSQD:
             channels = [self._entry({"name": c.name, "paused": c.paused}, c)
                         for c in sorted(topic.channels.copy().values(), key=_name)
                         if not c.ephemeral]
-            yield orjson.dumps(self._entry({"name": topic.name, "paused": topic.paused,
-                                            "channels": channels or None}, topic))
+            yield go_json(self._entry({"name": topic.name, "paused": topic.paused,
+                                       "channels": channels or None}, topic))
 
     def _entry(self, entry: dict[str, Any], owner: "Topic | Channel") -> dict[str, Any]:
         """An nsqd.dat entry; a feature's settings go under an extra ``"config"`` key, which

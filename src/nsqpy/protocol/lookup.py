@@ -21,8 +21,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Union
 
-import orjson
-
+from ..common.gojson import INT, OPTIONAL_STRING, STRING, GoJSONError, decode_struct
+from ..common.goweb import go_json
 from .errors import E_BAD_BODY, E_BAD_CHANNEL, E_BAD_PROTOCOL, E_BAD_TOPIC, E_INVALID, FatalError
 from .names import is_valid_name
 
@@ -254,58 +254,26 @@ class LookupParser:
 
 # --- server side: the IDENTIFY body -------------------------------------------------------------
 
-_STR_FIELDS = ("remote_address", "hostname", "broadcast_address", "version",
-               "topology_zone", "topology_region")
-_INT_FIELDS = ("tcp_port", "http_port")
-_FIELDS = {name.casefold(): name for name in (*_STR_FIELDS, *_INT_FIELDS)}
-_INT_FIELD_SET = frozenset(_INT_FIELDS)
-
-def _decode_failed() -> V1Error:
-    return V1Error(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
+# upstream's PeerInfo: its JSON field names and Go types
+_PEER_INFO = {"remote_address": STRING, "hostname": STRING, "broadcast_address": STRING,
+              "tcp_port": INT, "http_port": INT, "version": STRING,
+              # carried on purpose beyond v1.3.0 (which ignores the keys): a string is kept, any
+              # other value ignored as upstream ignores it
+              "topology_zone": OPTIONAL_STRING, "topology_region": OPTIONAL_STRING}
+_ZERO_PEER_INFO = {name: 0 if kind == INT else "" for name, kind in _PEER_INFO.items()}
 
 
 def parse_identify(body: bytes) -> dict[str, Any]:
-    """Decode an IDENTIFY body the way Go's ``json.Unmarshal`` fills nsqlookupd's ``PeerInfo``.
-
-    Keys match case-insensitively (last one wins), unknown keys are ignored, ``null`` leaves a
-    field empty, a value of the wrong type (``"4150"``, ``1.5``) is a decode error, and the four
-    required fields must be non-empty/non-zero. Returns every field, ``remote_address`` included
-    (the server overwrites it with the peer's address).
+    """Decode an IDENTIFY body the way Go's ``json.Unmarshal`` fills nsqlookupd's ``PeerInfo``
+    (:func:`nsqpy.common.gojson.decode_struct`: Go's key folding, ``null`` leaves a field empty,
+    unknown keys skipped, a value of the wrong type a decode error); the four required fields
+    must then be non-empty/non-zero. Returns every field, ``remote_address`` included (the
+    server overwrites it with the peer's address).
     """
     try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        # Go replaces invalid UTF-8 inside strings instead of failing
-        try:
-            body.decode("utf-8")
-        except UnicodeDecodeError:
-            try:
-                doc = orjson.loads(body.decode("utf-8", "replace"))
-            except orjson.JSONDecodeError:
-                raise _decode_failed() from None
-        else:
-            raise _decode_failed() from None
-    info: dict[str, Any] = {name: "" for name in _STR_FIELDS}
-    info["tcp_port"] = 0
-    info["http_port"] = 0
-    if doc is not None:
-        if not isinstance(doc, dict):
-            raise _decode_failed()
-        type_error = False
-        for key, value in doc.items():
-            field = _FIELDS.get(key) or _FIELDS.get(key.casefold())
-            if field is None or value is None:
-                continue
-            if field in _INT_FIELD_SET:
-                if type(value) is not int or not -(1 << 63) <= value < (1 << 63):
-                    type_error = True  # Go keeps decoding, then reports the first type error
-                    continue
-            elif type(value) is not str:
-                type_error = True
-                continue
-            info[field] = value
-        if type_error:
-            raise _decode_failed()
+        info = {**_ZERO_PEER_INFO, **decode_struct(body, _PEER_INFO)}
+    except GoJSONError:
+        raise V1Error(E_BAD_BODY, "IDENTIFY failed to decode JSON body") from None
     if not info["broadcast_address"] or not info["tcp_port"] or not info["http_port"] \
             or not info["version"]:
         raise V1Error(E_BAD_BODY, "IDENTIFY missing fields")
@@ -367,8 +335,8 @@ PING_COMMAND = b"PING\n"
 
 
 def encode_identify(info: dict[str, Any]) -> bytes:
-    """``IDENTIFY\\n[int32 size][JSON]``."""
-    body = orjson.dumps(info)
+    """``IDENTIFY\\n[int32 size][JSON]``; the keys sorted, as go-nsq marshals nsqd's map."""
+    body = go_json(info, sort_keys=True)
     return b"IDENTIFY\n" + _pack_i32(len(body)) + body
 
 

@@ -26,12 +26,12 @@ a source nsqd that cannot be reached at start is fatal, one lost later is retrie
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
 from ..client import Message, NSQError
 from ..common.flags import Flag, FlagSet
+from ..common.gojson import GoJSONError, dumps, loads
 from ..protocol.names import is_valid_name
 from . import common, golog, gonsq
 from .common import fatal, repeated
@@ -118,8 +118,8 @@ class JSONFilter:
         """The body to republish, or None to drop the message; InvalidJSON for a body that is
         not a JSON object (Go's ``json.Unmarshal`` into a map refuses it), Backoff to REQ."""
         try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            doc = loads(body)
+        except GoJSONError:
             raise InvalidJSON() from None
         if doc is None:
             doc = {}  # Go decodes null into a nil map: no fields
@@ -133,24 +133,21 @@ class JSONFilter:
         return go_json(kept)
 
 
-def _go_numbers(value: Any) -> Any:
-    """Go decodes every JSON number as float64 and prints an integral one without a fraction."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
-        return int(value)
+def _float64(value: Any) -> Any:
+    """Go decodes every JSON number into ``interface{}`` as a float64 (and writes an integral
+    one without a fraction)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
     if isinstance(value, dict):
-        return {k: _go_numbers(v) for k, v in value.items()}
+        return {k: _float64(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_go_numbers(v) for v in value]
+        return [_float64(v) for v in value]
     return value
 
 
 def go_json(value: Any) -> bytes:
-    """``encoding/json.Marshal`` of decoded JSON: sorted keys, compact, HTML-safe escapes."""
-    text = json.dumps(_go_numbers(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
-        text = text.replace(raw, escaped)  # these only ever occur inside strings
-    return text.encode()
+    """``encoding/json.Marshal`` of a decoded ``map[string]interface{}``: keys sorted."""
+    return dumps(_float64(value), sort_keys=True)
 
 
 # --- republishing -----------------------------------------------------------------------------

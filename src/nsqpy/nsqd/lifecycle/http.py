@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-import orjson
-
 from . import config as ec
+from ...common.gojson import GoJSONError, loads
 from ...common.goweb import ApiError, first_value
 from ...common.http_api import v1_json
 from ...httpserver import Request
@@ -37,8 +36,8 @@ def _read_update(request: Request, keys: tuple[str, ...]) -> dict:
     if len(body) > MAX_CONFIG_BODY:
         raise ApiError(413, "BODY_TOO_BIG")
     try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        doc = loads(body)
+    except GoJSONError:
         raise ApiError(400, "INVALID_BODY") from None
     try:
         return ec.parse_update(doc, keys)

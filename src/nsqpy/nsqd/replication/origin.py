@@ -18,7 +18,6 @@ their message exists once, on this node); either way no longer than ``--replicat
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import time
@@ -28,6 +27,8 @@ from ...client.connection import NSQConnection
 from ...client.errors import NSQError
 from ...client.options import ConnectionOptions
 from ...common.addr import split_host_port
+from ...common.gojson import loads
+from ...common.goweb import go_json
 from ...protocol.commands import MAGIC_V2
 from ...protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge
 from .reship import drop_adopted, reship_records
@@ -60,7 +61,7 @@ def load_incarnation(data_path: str) -> str:
     path = os.path.join(data_path, INCARNATION_FILE)
     try:
         with open(path, "rb") as f:
-            inc = json.loads(f.read())["incarnation"]
+            inc = loads(f.read())["incarnation"]
         int(inc, 16)
         if len(inc) == 16:
             return inc
@@ -69,7 +70,7 @@ def load_incarnation(data_path: str) -> str:
     inc = secrets.token_hex(8)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        f.write(json.dumps({"incarnation": inc}))
+        f.write(go_json({"incarnation": inc}).decode())
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

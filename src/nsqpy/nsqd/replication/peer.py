@@ -16,8 +16,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
+from ...common.gojson import loads
+from ...common.goweb import go_json
 from ...protocol.errors import E_INVALID, FatalError
 from ...protocol.frames import encode_error, encode_response
 from ...protocol.replication import LinkParser, ReplicationError, encode_ack, parse_rsub
@@ -171,13 +171,13 @@ class ReplicaHost:
 
 def _write_port(path: str, port: int) -> None:
     with open(os.path.join(path, "origin.json"), "wb") as f:
-        f.write(orjson.dumps({"http_port": port}))
+        f.write(go_json({"http_port": port}))
 
 
 def _read_port(path: str) -> int:
     try:
         with open(os.path.join(path, "origin.json"), "rb") as f:
-            return int(orjson.loads(f.read())["http_port"])
+            return int(loads(f.read())["http_port"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
 
@@ -292,6 +292,6 @@ def take_link(host: ReplicaHost, conn: Any, params: list[bytes]) -> None:
     session.origin = origin
     for i in range(0, len(adopted), ADOPTED_FRAME_IDS * 16):  # before OK: applied first
         transport.write(encode_response(b"ADOPTED " + adopted[i:i + ADOPTED_FRAME_IDS * 16]))
-    transport.write(encode_response(b"OK " + orjson.dumps(
+    transport.write(encode_response(b"OK " + go_json(
         {"incarnation": incarnation, "messages": len(origin.store.live),
          "adopted": len(adopted) // 16})))

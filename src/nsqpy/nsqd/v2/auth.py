@@ -26,7 +26,8 @@ import time
 from typing import Any
 from urllib.parse import quote_plus, urlsplit, urlunsplit
 
-import orjson
+from ...common.gojson import INT, STRING, TIME, GoJSONError, ListOf, decode_struct
+from ...common.goweb import go_json
 
 from ...common import goregexp
 from ...common.goregexp import GoRegexp
@@ -87,71 +88,34 @@ class AuthState:
 
 # --- decoding the answer -------------------------------------------------------------------------
 
-def _field(doc: dict, name: str) -> Any:
-    """Go's decoder matches keys case-insensitively (an exact match wins)."""
-    if name in doc:
-        return doc[name]
-    for key, value in doc.items():
-        if isinstance(key, str) and key.lower() == name:
-            return value
-    return None
-
-
-def _string(value: Any, what: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ValueError(f"json: cannot unmarshal {type(value).__name__} into {what} of type string")
-    return value
-
-
-def _strings(value: Any, what: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ValueError(f"json: cannot unmarshal {type(value).__name__} into {what} of type []string")
-    return [_string(v, what) for v in value]
+# upstream's auth.State and auth.Authorization, as Go's decoder fills them
+_AUTHORIZATION = {"topic": STRING, "channels": ListOf(STRING), "permissions": ListOf(STRING)}
+_STATE = {"ttl": INT, "authorizations": ListOf(_AUTHORIZATION), "identity": STRING,
+          "identity_url": STRING, "expires": TIME}  # Expires has no tag: its name, folded
 
 
 def parse_state(body: bytes) -> AuthState:
     """Validate an auth server's answer (upstream QueryAuthd's checks); ValueError on any problem."""
     try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as err:
-        raise ValueError(f"invalid JSON - {err}") from None
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise ValueError(f"json: cannot unmarshal {type(doc).__name__} into Go value of type auth.State")
-    ttl = _field(doc, "ttl")
-    if ttl is None:
-        ttl = 0
-    if isinstance(ttl, bool) or not isinstance(ttl, int):
-        raise ValueError(f"json: cannot unmarshal {ttl!r} into Go struct field State.ttl of type int")
-    identity = _string(_field(doc, "identity"), "State.identity")
-    identity_url = _string(_field(doc, "identity_url"), "State.identity_url")
-    raw_auths = _field(doc, "authorizations")
-    if raw_auths is None:
-        raw_auths = []
-    if not isinstance(raw_auths, list):
-        raise ValueError("json: cannot unmarshal into Go struct field State.authorizations")
+        doc = decode_struct(body, _STATE, "auth.State")
+    except GoJSONError as err:
+        raise ValueError(str(err)) from None
+    ttl = doc.get("ttl", 0)
+    identity = doc.get("identity", "")
+    identity_url = doc.get("identity_url", "")
     auths: list[Authorization] = []
-    for raw in raw_auths:
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, dict):
-            raise ValueError("json: cannot unmarshal into Go struct field State.authorizations")
-        permissions = _strings(_field(raw, "permissions"), "Authorization.permissions")
+    for raw in doc.get("authorizations") or ():
+        permissions = raw.get("permissions") or []
         for p in permissions:
             if p not in ("subscribe", "publish"):
                 raise ValueError(f"unknown permission {p}")
-        topic = _string(_field(raw, "topic"), "Authorization.topic")
+        topic = raw.get("topic", "")
         try:
             topic_re = goregexp.compile(topic)
         except ValueError as err:
             raise ValueError(f"unable to compile topic {topic!r} {err}") from None
         channel_res = []
-        for channel in _strings(_field(raw, "channels"), "Authorization.channels"):
+        for channel in raw.get("channels") or ():
             try:
                 channel_res.append(goregexp.compile(channel))
             except ValueError as err:
@@ -177,12 +141,9 @@ def encode_query(values: dict[str, str | bytes]) -> str:
 def _https_endpoint(endpoint: str, body: bytes) -> str:
     """Upstream's httpsEndpoint: same host and path, scheme https, port from the 403 body."""
     try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as err:
+        port = decode_struct(body, {"https_port": INT}).get("https_port", 0)
+    except GoJSONError as err:
         raise ValueError(f"invalid 403 body - {err}") from None
-    port = doc.get("https_port", 0) if isinstance(doc, dict) else 0
-    if isinstance(port, bool) or not isinstance(port, int):
-        raise ValueError("invalid https_port in 403 body")
     parts = urlsplit(endpoint)
     host = parts.hostname or ""
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -253,7 +214,7 @@ class AuthClient:
         endpoint = addr if "://" in addr else f"http://{addr}/auth"
         post = self.method == "post"
         if post:
-            body: bytes | None = orjson.dumps({k: [v.decode("utf-8", "replace") if isinstance(v, bytes)
+            body: bytes | None = go_json({k: [v.decode("utf-8", "replace") if isinstance(v, bytes)
                                                    else v] for k, v in sorted(values.items())})
             headers = {"Accept": ACCEPT_V1, "Content-Type": "application/json"}
         else:

@@ -12,6 +12,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from ...common.gojson import (
+    ANY, BOOL, INT, INT32, OPTIONAL_STRING, STRING, decode_struct,
+)
 from ...protocol.errors import E_BAD_BODY, FatalError
 
 if TYPE_CHECKING:
@@ -30,15 +33,22 @@ STATE_CLOSING = 4
 DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
 DEFAULT_HEARTBEAT_INTERVAL = 30.0  # upstream's ClientTimeout / 2
 
-_INT_FIELDS = ("heartbeat_interval", "output_buffer_size", "output_buffer_timeout",
-               "deflate_level", "sample_rate", "msg_timeout")
-_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1  # Go's int on 64-bit platforms
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "deflate", "snappy")
-_STR_FIELDS = ("client_id", "hostname", "user_agent")
-# upstream's master (after v1.3.0) adds these to identifyDataV2; v1.3.0 ignores them, so they are
-# typed only when the operator set a topology label (--topology-zone/--topology-region)
-_TOPOLOGY_FIELDS = ("topology_region", "topology_zone")
+# upstream's identifyDataV2: its JSON field names and Go types
+_IDENTIFY_FIELDS = {
+    "client_id": STRING, "hostname": STRING, "heartbeat_interval": INT, "output_buffer_size": INT,
+    "output_buffer_timeout": INT, "feature_negotiation": BOOL, "tls_v1": BOOL, "deflate": BOOL,
+    "deflate_level": INT, "snappy": BOOL, "sample_rate": INT32, "user_agent": STRING,
+    "msg_timeout": INT,
+}
+_BOOL_FIELDS = frozenset(k for k, kind in _IDENTIFY_FIELDS.items() if kind == BOOL)
+_STR_FIELDS = frozenset(k for k, kind in _IDENTIFY_FIELDS.items() if kind == STRING)
+# upstream's master (after v1.3.0) adds these; v1.3.0 ignores the keys whatever they hold, so a
+# string is carried only when the operator set a topology label (--topology-zone/--topology-region)
+# and any other value is ignored
+_WITH_TOPOLOGY = {**_IDENTIFY_FIELDS, "topology_region": OPTIONAL_STRING,
+                  "topology_zone": OPTIONAL_STRING}
+# --leases reads its own keys (leases/registry.py checks their types)
+_LEASE_FIELDS = {"lease": ANY, "lease_replay": ANY}
 
 
 def _identify_error(text: str) -> FatalError:
@@ -49,33 +59,14 @@ def _unwired() -> None:
     """Placeholder for the hooks a connection installs (a record without one does nothing)."""
 
 
-def check_identify_types(data: Any, topology: bool = False) -> dict:
-    """Go's ``json.Unmarshal`` into upstream's ``identifyDataV2``: an object whose known fields
-    have the Go types (int, int32, bool, string; null leaves the zero value). ValueError else.
-    Fields v1.3.0 does not know (``short_id``, ``long_id``, which it dropped) are not looked at."""
-    if not isinstance(data, dict):
-        raise ValueError("not an object")
-    for key in _INT_FIELDS:
-        v = data.get(key, 0)
-        if v is None:
-            data[key] = 0
-        elif isinstance(v, bool) or not isinstance(v, int) or not _INT_MIN <= v <= _INT_MAX:
-            raise ValueError(key)
-    if not _INT32_MIN <= data.get("sample_rate", 0) <= _INT32_MAX:
-        raise ValueError("sample_rate")
-    for key in _BOOL_FIELDS:
-        v = data.get(key, False)
-        if v is None:
-            data[key] = False
-        elif not isinstance(v, bool):
-            raise ValueError(key)
-    for key in _STR_FIELDS + _TOPOLOGY_FIELDS if topology else _STR_FIELDS:
-        v = data.get(key, "")
-        if v is None:
-            data[key] = ""
-        elif not isinstance(v, str):
-            raise ValueError(key)
-    return data
+def decode_identify(body: bytes, topology: bool = False, leases: bool = False) -> dict:
+    """IDENTIFY's body as Go's ``json.Unmarshal`` fills upstream's ``identifyDataV2``: the
+    fields the body set (absent ones are the caller's zero values); GoJSONError when upstream
+    answers ``E_BAD_BODY IDENTIFY failed to decode JSON body``."""
+    fields = _WITH_TOPOLOGY if topology else _IDENTIFY_FIELDS
+    if leases:
+        fields = {**fields, **_LEASE_FIELDS}
+    return decode_struct(body, fields)
 
 
 # upstream's identifyDataV2 fields in order, as its log prints the struct (Go's %+v)

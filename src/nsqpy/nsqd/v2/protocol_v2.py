@@ -21,8 +21,6 @@ from itertools import repeat
 from time import time_ns as _time_ns
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
-import orjson
-
 from ... import NSQ_COMPAT_VERSION
 from ...protocol.commands import (
     BASE10_ERROR, MPUB_HEAD, MS, Limits, arg_text, as_int64, byte_to_base10, check_topic, go_quote,
@@ -37,8 +35,9 @@ from ...protocol.fin_run import FIN_RUN
 from ...protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_error, encode_response
 from ...protocol.names import is_valid_name
 from .client import (
-    STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, check_identify_types, go_identify_text,
+    STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, decode_identify, go_identify_text,
 )
+from ...common.gojson import GoJSONError
 from ...common.goweb import go_json
 from ..options import topology_set
 
@@ -168,8 +167,8 @@ class ProtocolV2:
 
     def identify(self, params: list[bytes], body: bytes) -> Upgrade:
         try:
-            data = check_identify_types(orjson.loads(body), topology_set(self.nsqd.options))
-        except (orjson.JSONDecodeError, ValueError):
+            data = decode_identify(body, topology_set(self.nsqd.options), self.nsqd.leases is not None)
+        except GoJSONError:
             raise FatalError(E_BAD_BODY, "IDENTIFY failed to decode JSON body") from None
         client = self.client
         nsqd = self.nsqd
@@ -210,7 +209,7 @@ class ProtocolV2:
         }
         if lease is not None:
             answer["lease"] = lease
-        client.out.append(encode_response(orjson.dumps(answer)))
+        client.out.append(encode_response(go_json(answer)))
         return Upgrade(tls, snappy, level if deflate else 0)
 
     def auth(self, params: list[bytes], body: bytes) -> None:
