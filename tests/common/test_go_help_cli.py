@@ -36,9 +36,10 @@ def extension_flags(program: str) -> set[str]:
     """The nsqpy additions (``Flag.extension``) a program lists in its --help."""
     modules = {"nsqd": "nsqpy.nsqd.main", "nsqlookupd": "nsqpy.lookupd.options",
                "nsqadmin": "nsqpy.admin.options"}
-    if program not in modules:
+    module = importlib.import_module(modules.get(program, f"nsqpy.tools.{program}"))
+    if not hasattr(module, "build_flagset"):
         return set()
-    flagset = importlib.import_module(modules[program]).build_flagset()
+    flagset = module.build_flagset()
     return {f.name for f in flagset.flags if f.extension}
 
 

@@ -30,7 +30,7 @@ _HOST = SimpleNamespace(lifecycle=Upstream())
 
 
 def _channel(name, clients=(), **kw):
-    base = dict(nsqd=_HOST, name=name, mem=[b"m", b"m"], backend=SimpleNamespace(depth=1),
+    base = dict(nsqd=_HOST, name=name, mem=[b"m", b"m"], backend=SimpleNamespace(depth=1), depth=3,
                 orphans=[], deferred=[1], message_count=9, requeue_count=1, timeout_count=0,
                 clients=list(clients), paused=False, e2e=None)
     base.update(kw)

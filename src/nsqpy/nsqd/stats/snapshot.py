@@ -151,7 +151,7 @@ class _Snapshot:
             in_flight += sum(map(len, orphans))
         stats = self.lifecycle.channel_stats(channel, {
             "channel_name": channel.name,
-            "depth": len(channel.mem) + channel.backend.depth,
+            "depth": channel.depth,
             "backend_depth": channel.backend.depth,
             "in_flight_count": in_flight,
             "deferred_count": len(channel.deferred),
