@@ -13,8 +13,9 @@ Groups (docs/testing.md says the same for developers placing a new test):
 - ``serial``: tests that measure time or memory tightly (``test_footprint*.py``): while one
   runs, no other test runs on any worker.
 
-The first four are *heavy*: they all go to one worker, one after another, so two of them never
-fight for the 2 cores; the ``ports`` tests go to one worker too, so they never overlap. Every
+The first four are *heavy*. The Spark tests are one unit of work (one worker, one JVM session,
+one test after another); chaos, browser and bench tests are another: at most two heavy tests run
+at once, one per core. The ``ports`` tests go to one worker too, so they never overlap. Every
 other module is one unit of work for whichever worker is free (its tests in order, its
 module-scoped servers started once); units are handed out largest first. A module may also name
 its group itself with a module-level ``XDIST_GROUP = "name"`` line.
@@ -102,8 +103,11 @@ def assign_groups(items: list[pytest.Item]) -> None:
 
 _GROUP = pytest.StashKey[str]()
 
-#: the xdist work unit (scope) of each group: heavy groups share one, so they never overlap
-SCOPES = {group: "heavy" for group in HEAVY} | {"ports": "ports", SERIAL: SERIAL}
+#: the xdist work unit (scope) of each group. Spark's JVMs are one unit, the other heavy groups
+#: another: at most two heavy tests run at once, one per core, never two JVMs or two Chromiums.
+#: (All heavy tests on one worker would be the critical path: ~17 of the 18 minutes measured.)
+SCOPES = {"spark": "spark"} | {group: "heavy" for group in HEAVY - {"spark"}} \
+    | {"ports": "ports", SERIAL: SERIAL}
 
 
 def scope_of_nodeid(rootpath: Path, nodeid: str) -> str:
