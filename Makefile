@@ -65,9 +65,11 @@ PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 PYTEST_ARGS ?=
 
 test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS)
+	@rc=0; \
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS) || rc=$$?; \
 	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) tests/spark \
-	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py
+	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py || rc=$$?; \
+	exit $$rc
 
 # The loop to run before every commit (< 3 min): the protocol core, the import graph, and one
 # smoke test per daemon and utility, listed in tests/quick.args.

@@ -51,6 +51,8 @@ ID_RULES: list[tuple[str, str]] = [
     # timing measured tightly: a busy neighbour on the 2 cores makes them fail
     ("nsqd/stats/test_statsd_format.py::test_a_stall_does_not_turn_into_a_burst", "serial"),
     ("security/test_limits.py::test_deflate_bomb_is_inflated_step_by_step", "serial"),
+    ("security/test_limits.py::test_publisher_flooding_without_reading_is_bounded_and_cut_off",
+     "serial"),
 ]
 
 # (regular expression on the module's source, group), for tests no id rule placed.
