@@ -59,15 +59,16 @@ run: $(STAMP)
 
 # The suite on PYTEST_WORKERS workers (pytest-xdist): most tests wait on sockets, processes and
 # timers, not on the 2 cores. Which tests share a worker or never overlap: tests/helpers/groups.py
-# and docs/testing.md. PYTEST_ARGS narrows a run (a path, -k ...).
+# and docs/testing.md. PYTEST_ARGS narrows a run (a path, -k ...). Both runs go on when the other
+# failed; the Spark floor runs in one process (one JVM session, as the Spark group does).
 PYTEST_WORKERS ?= 4
 PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 PYTEST_ARGS ?=
 
 test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus
-	@rc=0; \
+	rc=0; \
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS) || rc=$$?; \
-	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) tests/spark \
+	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
 	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py || rc=$$?; \
 	exit $$rc
 

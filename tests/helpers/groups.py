@@ -125,8 +125,8 @@ def scope_of_nodeid(rootpath: Path, nodeid: str) -> str:
 
 
 def make_scheduler(config: pytest.Config, log):
-    """xdist's load-by-scope scheduler with our groups as the scopes (largest first, so the heavy
-    unit starts at once), every other test its own unit."""
+    """xdist's load-by-scope scheduler with our groups' scopes as the units and every other
+    module a unit of its own; units go out largest first, so the Spark unit starts at once."""
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):
