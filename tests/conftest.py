@@ -12,7 +12,7 @@ from helpers import groups, upstream
 from helpers.servers import Nsqd
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+@pytest.hookimpl(tryfirst=True)  # the marks are there before any other plugin looks
 def pytest_collection_modifyitems(config, items):
     """Parallel runs: each test's xdist group by its path and imports (helpers/groups.py)."""
     groups.assign_groups(items)
@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`make test`'s workers get work by group (helpers/groups.py), not test by test alone."""
+    """`make test`'s workers get their work by group and by module (helpers/groups.py)."""
     return groups.make_scheduler(config, log)
 
 
