@@ -9,7 +9,7 @@ SPARK_MIN := 4.0.*
 VENV_MIN := .venv-spark-min
 STAMP_MIN := $(VENV_MIN)/.installed
 
-.PHONY: run test bench clean setup browser graphite prometheus wrk
+.PHONY: run test test-quick bench clean setup browser graphite prometheus wrk
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,10 +57,25 @@ tests/statsd_daemon/node_modules/.installed: tests/statsd_daemon/package.json
 run: $(STAMP)
 	$(VENV)/bin/nsqpy-dev
 
+# The suite on PYTEST_WORKERS workers (pytest-xdist): most tests wait on sockets, processes and
+# timers, not on the 2 cores. Which tests share a worker or never overlap: tests/helpers/groups.py
+# and docs/testing.md. PYTEST_ARGS narrows a run (a path, -k ...). Both runs go on when the other
+# failed; the Spark floor runs in one process (one JVM session, as the Spark group does).
+PYTEST_WORKERS ?= 4
+PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_ARGS ?=
+
 test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus
-	$(PY) -m pytest -q -p no:cacheprovider
+	rc=0; \
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS) || rc=$$?; \
 	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
-	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py
+	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py || rc=$$?; \
+	exit $$rc
+
+# The loop to run before every commit (< 3 min): the protocol core, the import graph, and one
+# smoke test per daemon and utility, listed in tests/quick.args.
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=5 @tests/quick.args
 
 # wrk (Debian's package) for bench/http_bench.py: installed when missing and we may (root)
 wrk:

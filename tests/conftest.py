@@ -8,7 +8,44 @@ from typing import Awaitable, Callable
 
 import pytest
 
+from helpers import groups, upstream
 from helpers.servers import Nsqd
+
+
+@pytest.hookimpl(tryfirst=True)  # the marks are there before any other plugin looks
+def pytest_collection_modifyitems(config, items):
+    """Parallel runs: each test's xdist group by its path and imports (helpers/groups.py)."""
+    groups.assign_groups(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s workers get their work by group and by module (helpers/groups.py)."""
+    return groups.make_scheduler(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A serial test waits here for the others to finish, outside pytest-timeout's clock."""
+    with groups.exclusion(item):
+        yield
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    """Side-by-side tests skipped for want of upstream's binaries: one line at the end, after the
+    short summary (which leaves them out), instead of one line each."""
+    stats = terminalreporter.stats
+    skipped = stats.get("skipped", [])
+    ours = [rep for rep in skipped if upstream.is_side_by_side_skip(rep)]
+    if ours:
+        stats["skipped"] = [rep for rep in skipped if not upstream.is_side_by_side_skip(rep)]
+    try:
+        return (yield)
+    finally:
+        if ours:
+            stats["skipped"] = skipped  # the closing counts include them
+            terminalreporter.write_line(upstream.skipped_summary(len(ours)), yellow=True)
 
 
 @pytest.fixture

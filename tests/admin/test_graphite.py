@@ -12,6 +12,7 @@ import pytest
 from admin.admin_util import NsqAdmin, request, wait_until
 from admin.browser_util import expect
 from admin.graphite_util import Graphite, graphite_statsd, missing
+from helpers.polling import wait_for
 from helpers.servers import Nsqd, Nsqlookupd, unique_name
 
 pytestmark = pytest.mark.timeout(240)
@@ -107,7 +108,10 @@ def test_api_graphite_rate_from_real_graphite(pipeline, busy_topic):
 def test_render_proxy(pipeline, busy_topic):
     graphite, nsqd, admin, proxied = pipeline
     target = rate_target(nsqd, busy_topic)
-    direct = request(f"{graphite.url}/render?format=json&from=-60sec&target={target}")
+    # graphite knows the series once statsd flushed it (the test alone waits for that itself)
+    direct = wait_for(lambda: (r := request(f"{graphite.url}/render?format=json&from=-60sec"
+                                            f"&target={target}")).json() and r,
+                      timeout=60, what="the series in graphite", interval=0.5)
     via = request(f"{proxied.url}/render?format=json&from=-60sec&target={target}")
     assert via.status == 200 and via.json()[0]["target"] == direct.json()[0]["target"]
     png = request(f"{proxied.url}/render?target={target}&width=120&height=20")

@@ -2,7 +2,7 @@
 
 The cluster holds nsqlookupd (ours), one upstream v1.3.0 nsqd and one of ours; an upstream
 nsqadmin and ours run with the same flags against it (and post their notifications to one sink).
-Upstream's binaries come from ``NSQ_UPSTREAM_BIN`` (default /work/upstream/bin); without them the
+Upstream's binaries come from ``NSQ_UPSTREAM_BIN`` (``helpers.upstream``); without them the
 differential tests skip.
 
 Answers are compared as ``(status, headers that matter, body)``, bodies as JSON where they are
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -23,10 +22,11 @@ from typing import Any, Callable
 
 from admin.admin_util import NotificationSink, NsqAdmin
 from helpers.servers import Nsqd, Nsqlookupd, ServerProcess, free_port
+from helpers.upstream import have, skip_reason, upstream_dir
 
-UPSTREAM_BIN = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
-HAVE_UPSTREAM = all((UPSTREAM_BIN / p).exists() for p in ("nsqd", "nsqadmin"))
-SKIP_REASON = f"no upstream nsqd/nsqadmin in {UPSTREAM_BIN} (set NSQ_UPSTREAM_BIN)"
+UPSTREAM_BIN = upstream_dir()
+HAVE_UPSTREAM = have("nsqd", "nsqadmin")
+SKIP_REASON = skip_reason("nsqd", "nsqadmin")
 
 #: response headers whose presence and value must match (names compared case-insensitively)
 HEADERS = ("content-type", "x-nsq-content-type", "location", "allow", "content-encoding")

@@ -35,7 +35,7 @@ def producers(lookupd: Nsqlookupd, topic: str) -> set[int]:
     return {p["tcp_port"] for p in (doc or {}).get("producers", [])}
 
 
-def wait_until(cond, timeout: float = 10.0, what: str = "condition") -> None:
+def wait_until(cond, timeout: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

@@ -1,7 +1,7 @@
 """``--help``, ``--version`` and flag errors of every program, as upstream's Go binaries print them.
 
 Runs the real console scripts. Where upstream v1.3.0's binaries are available
-(``NSQ_UPSTREAM_BIN`` or /work/upstream/bin) the outputs are compared byte for byte; the other
+(``NSQ_UPSTREAM_BIN``) the outputs are compared byte for byte; the other
 tests pin the Go shapes without them. Also: durations in Go syntax on the command line and in a
 ``--config`` file, read back from a running nsqd.
 """
@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from helpers.servers import VENV_BIN, Nsqd, Nsqlookupd
+from helpers.upstream import requires, upstream_dir
 
 pytestmark = pytest.mark.timeout(120)
 
 DAEMONS = ["nsqd", "nsqlookupd", "nsqadmin"]
 TOOLS = ["nsq_stat", "nsq_tail", "nsq_to_file", "nsq_to_http", "nsq_to_nsq", "to_nsq"]
-UPSTREAM = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
+UPSTREAM = upstream_dir()
 
 
 def run(binary: Path, *args: str) -> subprocess.CompletedProcess:
@@ -108,8 +109,7 @@ def test_daemon_version_line(program):
     assert re.fullmatch(rf"{program} v1\.3\.0 \(built w/[^)]+\)\n", out.stdout)
 
 
-needs_upstream = pytest.mark.skipif(not (UPSTREAM / "nsqd").exists(),
-                                    reason="upstream v1.3.0 binaries not built here")
+needs_upstream = requires(*DAEMONS, *TOOLS)
 
 
 @needs_upstream

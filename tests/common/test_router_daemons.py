@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from helpers.servers import VENV_BIN, Nsqd, Nsqlookupd, ServerProcess, free_port
+from helpers.upstream import requires, upstream_dir
 
 pytestmark = pytest.mark.timeout(120)
 
-UPSTREAM = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
+UPSTREAM = upstream_dir()
 
 #: a POST-only route of each daemon
 POST_PATH = {"nsqd": "/topic/create", "nsqlookupd": "/topic/create", "nsqadmin": "/api/topics"}
@@ -112,8 +112,7 @@ def test_routing_decisions(ours, daemon):
     assert request(port, "HEAD", "/ping")[0] == 405  # no HEAD routes (httprouter v1.3.0)
 
 
-@pytest.mark.skipif(not (UPSTREAM / "nsqadmin").exists(),
-                    reason="upstream v1.3.0 binaries not built here")
+@requires("nsqd", "nsqlookupd", "nsqadmin")
 def test_same_answers_as_upstream(ours, tmp_path):
     theirs, procs = start_daemons(UPSTREAM, tmp_path)
     try:

@@ -17,14 +17,29 @@ VENV_BIN = Path(sys.executable).parent
 _issued: set[int] = set()
 
 
+def _worker_share() -> tuple[int, int]:
+    """(this xdist worker's index, the number of workers); (0, 1) outside a parallel run."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    return (int(worker[2:]), count) if worker.startswith("gw") and count > 1 else (0, 1)
+
+
+_INDEX, _WORKERS = _worker_share()
+
+
 def free_port() -> int:
     """A loopback port nothing listens on, never handed out twice by this process: the kernel
-    may return a just-closed port again, and an nsqd given the same TCP and HTTP port fails."""
+    may return a just-closed port again, and an nsqd given the same TCP and HTTP port fails.
+
+    In a parallel run each worker takes only its share of the ports (half the port number modulo
+    the worker count is its index: Linux hands out even ports to ``bind`` first), so two workers
+    never get the same port, and a port one worker's test let go (where a stopped test's nsqd may
+    still try to reach its nsqlookupd) never serves another's."""
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port not in _issued:
+        if port not in _issued and (port >> 1) % _WORKERS == _INDEX:
             _issued.add(port)
             return port
 

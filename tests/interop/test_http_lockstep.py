@@ -24,12 +24,13 @@ import pytest
 
 from helpers.servers import VENV_BIN, ServerProcess, free_port
 from helpers.wire import Wire
+from helpers.upstream import upstream_binary, upstream_dir
 from interop import http_lockstep as hl
 from nsqpy.nsqd.options import config_key_map
 
 pytestmark = pytest.mark.timeout(300)
 
-UPSTREAM = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
+UPSTREAM = upstream_dir()
 SEEDS = [int(s) for s in os.environ.get("NSQ_HTTP_SEEDS", "1,2,3").split(",")]
 REQUESTS = int(os.environ.get("NSQ_HTTP_REQUESTS", "200"))
 NSQD_FLAGS = ["--max-msg-size=2048", "--max-body-size=8192", "--mem-queue-size=100"]
@@ -116,8 +117,7 @@ class Side:
 
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory):
-    if not (UPSTREAM / "nsqd").exists() or not (UPSTREAM / "nsqlookupd").exists():
-        pytest.skip(f"upstream binaries not found in {UPSTREAM} (set NSQ_UPSTREAM_BIN)")
+    upstream_binary("nsqd"), upstream_binary("nsqlookupd")  # or skip
     tmp = tmp_path_factory.mktemp("lockstep")
     upstream = Side("upstream", UPSTREAM, tmp)
     try:
@@ -304,8 +304,7 @@ def _ask(port: int, request: hl.Request, ctx: ssl.SSLContext | None) -> bytes:
 
 @pytest.mark.parametrize("policy", ["", "require-verify"])
 def test_tls_required_and_https_answer_as_upstream(tmp_path, policy):
-    if not (UPSTREAM / "nsqd").exists():
-        pytest.skip(f"upstream binaries not found in {UPSTREAM} (set NSQ_UPSTREAM_BIN)")
+    upstream_binary("nsqd")  # or skip
     from security.support import OPENSSL, make_certs
 
     if OPENSSL is None:

@@ -11,7 +11,6 @@ pause.
 from __future__ import annotations
 
 import json
-import os
 import struct
 import time
 from collections import Counter
@@ -23,11 +22,12 @@ from helpers.nsqd_http import http, stats
 from helpers.polling import wait_for
 from helpers.servers import Nsqd
 from helpers.wire import Wire
+from helpers.upstream import requires, upstream_dir
 
-UPSTREAM = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
+UPSTREAM = upstream_dir()
 pytestmark = [
     pytest.mark.timeout(120),
-    pytest.mark.skipif(not (UPSTREAM / "nsqd").exists(), reason="NSQ_UPSTREAM_BIN has no upstream nsqd"),
+    requires("nsqd"),
 ]
 
 MEM = 4  # --mem-queue-size: some messages in memory, the rest on disk, on both sides

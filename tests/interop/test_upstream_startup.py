@@ -4,7 +4,6 @@ masked), nothing printed after it. Operators' units and scripts check exactly th
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -12,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from helpers.servers import VENV_BIN, free_port
+from helpers.upstream import requires, upstream_dir
 
-UPSTREAM = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
+UPSTREAM = upstream_dir()
 pytestmark = [
     pytest.mark.timeout(60),
-    pytest.mark.skipif(not (UPSTREAM / "nsqd").exists(), reason="NSQ_UPSTREAM_BIN has no upstream nsqd"),
+    requires("nsqd", "nsqlookupd"),
 ]
 _STAMP = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(\.\d+)?")
 

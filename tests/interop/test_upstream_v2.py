@@ -2,30 +2,29 @@
 and the same per-connection log lines (issue #10 items 1, 2 and 7).
 
 Needs upstream's binaries: ``NSQ_UPSTREAM_BIN`` names the directory holding its ``nsqd`` (built
-from source; never committed; default /work/upstream/bin, as the other side-by-side tests). Skipped
-without it.
+from source; never committed; found through ``helpers.upstream`` as the other side-by-side tests).
+Skipped without it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import struct
 import time
 import urllib.request
 import zlib
-from pathlib import Path
 
 import pytest
 
 from helpers.servers import Nsqd, ServerProcess, free_port
+from helpers.upstream import requires, upstream_path
 
-UPSTREAM_NSQD = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin")) / "nsqd"
+UPSTREAM_NSQD = upstream_path("nsqd")
 pytestmark = [
     pytest.mark.timeout(120),
-    pytest.mark.skipif(not UPSTREAM_NSQD.exists(), reason="NSQ_UPSTREAM_BIN has no upstream nsqd"),
+    requires("nsqd"),
 ]
 I32 = struct.Struct(">i").pack
 

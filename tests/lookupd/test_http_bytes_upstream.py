@@ -2,7 +2,7 @@
 status lines, header order and case, bodies, keep-alive or close, for ordinary requests and
 for the malformed, odd and pipelined ones Go's ``net/http`` has its own answers to.
 
-Needs upstream's binaries (``NSQ_UPSTREAM_BIN`` or /work/upstream/bin); skips without them.
+Needs upstream's binaries (``NSQ_UPSTREAM_BIN``); skips without them.
 ``Date`` values are compared by shape only. Not listed, as they differ: a request line with two
 spaces (``GET  /ping``, which llhttp reads and Go refuses) and an obs-folded header line (Go
 joins it to the previous value, llhttp refuses it); an ignored 100-continue is the last test.
@@ -11,7 +11,6 @@ joins it to the previous value, llhttp refuses it); an ignored 100-continue is t
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import struct
@@ -20,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from helpers.servers import VENV_BIN, ServerProcess, free_port
+from helpers.upstream import requires, upstream_dir
 
-UPSTREAM = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
+UPSTREAM = upstream_dir()
 
 pytestmark = [
     pytest.mark.timeout(180),
-    pytest.mark.skipif(not (UPSTREAM / "nsqlookupd").exists(),
-                       reason="upstream v1.3.0 nsqlookupd not built here"),
+    requires("nsqlookupd"),
 ]
 
 H = b"Host: x\r\n"

@@ -121,7 +121,11 @@ def test_values_match_stats_on_every_daemon(cluster):
         assert sample(m, "process_resident_memory_bytes") > 0
 
         # nsqlookupd: topics, channels and producers as registered
-        _, lm = scrape(cluster.lookupd)
+        # both nsqd register the topic in their own time
+        _, lm = wait_for(lambda: (r := scrape(cluster.lookupd))[1]
+                         .get("nsqlookupd_topic_producers", {})
+                         .get((("topic", topic),)) == 2 and r,
+                         what="both nsqd registered the topic", interval=0.1)
         assert sample(lm, "nsqlookupd_producers") == 2
         assert sample(lm, "nsqlookupd_topic_producers", topic=topic) == 2
         assert sample(lm, "nsqlookupd_channel_producers", topic=topic, channel="work") == 2

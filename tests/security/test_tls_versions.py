@@ -6,13 +6,12 @@ Handshakes are made at exactly one version each: ``openssl s_client`` against HT
 /ping over it), and on TCP the V2 magic + IDENTIFY with ``tls_v1`` followed by the handshake of a
 Python client pinned to that version (then a PUB over it). Both clients run OpenSSL at security
 level 0, as OpenSSL 3 refuses TLS 1.0/1.1 client-side otherwise. With upstream's binaries
-(``NSQ_UPSTREAM_BIN``, else /work/upstream/bin) the same handshakes run against upstream nsqd
+(``NSQ_UPSTREAM_BIN``) the same handshakes run against upstream nsqd
 with the same certificates and flags and the outcomes are compared; without them, ours are pinned.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 import subprocess
@@ -29,6 +28,7 @@ import pytest
 from helpers.polling import wait_for
 from helpers.servers import VENV_BIN, ServerProcess, free_port, unique_name
 from helpers.wire import Wire
+from helpers.upstream import requires, upstream_path
 from nsqpy.nsqd.v2.tls import client_context, client_max_version
 from nsqpy.protocol.frames import FRAME_TYPE_RESPONSE
 from security.support import OPENSSL
@@ -36,9 +36,8 @@ from security.support import OPENSSL
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(OPENSSL is None, reason="needs the openssl command")]
 
-UPSTREAM_NSQD = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin")) / "nsqd"
-needs_upstream = pytest.mark.skipif(not UPSTREAM_NSQD.exists(),
-                                    reason="no upstream nsqd (NSQ_UPSTREAM_BIN)")
+UPSTREAM_NSQD = upstream_path("nsqd")
+needs_upstream = requires("nsqd")
 
 VERSIONS = ("tls1.0", "tls1.1", "tls1.2", "tls1.3")
 S_CLIENT_FLAG = {"tls1.0": "-tls1", "tls1.1": "-tls1_1", "tls1.2": "-tls1_2", "tls1.3": "-tls1_3"}

@@ -3,7 +3,7 @@ and nsqlookupd as a real process. Spark tests are never skipped: Java 17 and pys
 part of the test environment (the `spark` extra).
 
 ``NSQPY_SPARK_NSQD=upstream`` runs these tests against upstream's nsqd (``NSQ_UPSTREAM_BIN``,
-default /work/upstream/bin) instead of ours: the source then takes its driver-side reader, the
+through ``helpers.upstream``) instead of ours: the source then takes its driver-side reader, the
 fallback for an nsqd without leases, and the tests that need ``--leases`` skip."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from helpers.servers import Nsqd, Nsqlookupd, ServerProcess, free_port
+from helpers.upstream import upstream_binary, upstream_path
 
 from spark.nsq_spark_util import build_spark, stop_spark
 
-UPSTREAM_NSQD = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin")) / "nsqd"
+UPSTREAM_NSQD = upstream_path("nsqd")
 
 
 class UpstreamNsqd(ServerProcess):
@@ -72,8 +73,7 @@ def nsqd_factory(tmp_path):
 
 @pytest.fixture
 def upstream_nsqd(tmp_path):
-    if not UPSTREAM_NSQD.exists():
-        pytest.skip(f"no upstream nsqd at {UPSTREAM_NSQD} (NSQ_UPSTREAM_BIN)")
+    upstream_binary("nsqd")  # or skip
     node = UpstreamNsqd(tmp_path / "upstream-nsqd")
     yield node
     node.stop()

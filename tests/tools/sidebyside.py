@@ -1,6 +1,6 @@
 """Running a utility and upstream v1.3.0's binary of the same name under the same conditions.
 
-Upstream's binaries come from ``NSQ_UPSTREAM_BIN`` (else /work/upstream/bin when it exists);
+Upstream's binaries come from ``NSQ_UPSTREAM_BIN`` (``helpers.upstream``);
 without them the differential tests skip (CI has none). What necessarily differs between two
 runs is masked before comparing: Go's log timestamps, nsq_to_file's microsecond ones, message
 ids, random ephemeral channel names, the program path in ``Usage of``, and whatever the caller
@@ -10,7 +10,6 @@ lists (ports of servers started per run).
 from __future__ import annotations
 
 import collections
-import os
 import re
 import signal
 import subprocess
@@ -20,18 +19,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from helpers.servers import ServerProcess, free_port
+from helpers.upstream import have, skip_reason, upstream_dir
 from tools.tool_util import VENV_BIN
 
 
-def upstream_bin() -> Path | None:
-    """The directory of upstream's binaries (``NSQ_UPSTREAM_BIN``, else /work/upstream/bin),
-    or None when it does not hold them."""
-    path = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin"))
-    return path if (path / "nsq_tail").exists() else None
-
-
-UPSTREAM = upstream_bin()
-SKIP_REASON = "upstream v1.3.0 binaries not found (set NSQ_UPSTREAM_BIN to compare against them)"
+TOOLS = ("nsq_stat", "nsq_tail", "nsq_to_file", "nsq_to_http", "nsq_to_nsq", "to_nsq", "nsqd")
+#: the directory of upstream's binaries, or None when it does not hold the utilities
+UPSTREAM = upstream_dir() if have(*TOOLS) else None
+SKIP_REASON = skip_reason("utilities")
 SIDES = ("upstream", "nsqpy")
 
 

@@ -7,7 +7,7 @@ nsqd refuses...), each against its own servers, and compares the exit status, st
 racing goroutines, as a multiset) and what reached nsqd, stdout or the files. Where nsqpy differs
 on purpose (docs/fidelity.md, "The utilities") the test says so and checks both behaviours.
 
-Needs upstream's binaries (``NSQ_UPSTREAM_BIN``, else /work/upstream/bin); skipped without them.
+Needs upstream's binaries (``NSQ_UPSTREAM_BIN``); skipped without them.
 ``test_failures.py`` pins our side alone for CI.
 """
 
@@ -166,7 +166,7 @@ ARGUMENT_CASES = [
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("tool, args", ARGUMENT_CASES, ids=[" ".join([t, *a]) for t, a in ARGUMENT_CASES])
+@pytest.mark.parametrize("tool, args", ARGUMENT_CASES, ids=[" ".join([t, *a]).replace(CLOSED, "CLOSED") for t, a in ARGUMENT_CASES])
 def test_argument_and_start_up_errors(tool, args):
     """Same status, same stderr, at once: argument errors, names go-nsq refuses, addresses Go's
     dialer refuses, an nsqd that refuses the connection."""

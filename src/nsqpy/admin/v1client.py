@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from ..common.addr import join_host_port
+from ..common.goerrno import path_error
 from ..common.gojson import INT, GoJSONError, decode_struct, loads
 from ..protocol.commands import go_quote
 
@@ -30,11 +31,6 @@ ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 
 class RequestError(Exception):
     """One request failed; the text is what upstream's client reports."""
-
-
-def _go_open_error(err: OSError, path: str) -> str:
-    """``open <path>: no such file or directory``, as Go's ``os`` package words it."""
-    return f"open {path}: {(err.strerror or str(err)).lower()}"
 
 
 def client_tls_context(insecure_skip_verify: bool, root_ca_file: str, cert: str,
@@ -57,7 +53,7 @@ def client_tls_context(insecure_skip_verify: bool, root_ca_file: str, cert: str,
                 with open(path, "rb") as f:
                     pem = f.read()
             except OSError as err:
-                raise ValueError(prefix + _go_open_error(err, path)) from None
+                raise ValueError(prefix + path_error("open", path, err)) from None
             if b"-----BEGIN" not in pem:
                 raise ValueError(f"{prefix}tls: failed to find any PEM data in {what} input")
         try:
@@ -72,7 +68,7 @@ def client_tls_context(insecure_skip_verify: bool, root_ca_file: str, cert: str,
                 pem = f.read()
         except OSError as err:
             raise ValueError(f"failed to read TLS root CA file {root_ca_file} - "
-                             f"{_go_open_error(err, root_ca_file)}") from None
+                             f"{path_error('open', root_ca_file, err)}") from None
         try:
             ctx.load_verify_locations(cadata=pem)
         except (ssl.SSLError, ValueError):

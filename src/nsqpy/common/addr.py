@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+from .goerrno import errno_text
+
 
 def split_host_port(addr: str) -> tuple[str, int]:
     """``"127.0.0.1:4150"`` → ``("127.0.0.1", 4150)``; ``[::1]:4150`` works too. ValueError if bad."""
@@ -45,8 +47,7 @@ def listen_socket(addr: str, backlog: int = 1024) -> socket.socket:
         return _listen(addr, backlog)
     except (OSError, ValueError) as err:
         if isinstance(err, OSError) and err.errno and not isinstance(err, socket.gaierror):
-            text = os.strerror(err.errno)
-            why = f"listen tcp {addr}: bind: {text[:1].lower()}{text[1:]}"
+            why = f"listen tcp {addr}: bind: {errno_text(err)}"
         else:
             why = str(err)
         raise OSError(f"listen ({addr}) failed - {why}") from None
@@ -95,9 +96,8 @@ def unix_listen_socket(path: str, backlog: int = 1024) -> socket.socket:
         sock.listen(backlog)
     except OSError as err:
         sock.close()
-        why = os.strerror(err.errno) if err.errno else str(err)
         raise OSError(f"listen ({path}) failed - listen unix {path}: bind: "
-                      f"{why[:1].lower()}{why[1:]}") from None
+                      f"{errno_text(err)}") from None
     return sock
 
 

@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator
 
 from .. import NSQ_COMPAT_VERSION
+from ..common.goerrno import path_error
 from ..common.gojson import loads
 from ..common.goscan import unmarshal_syntax_error
 from ..common.goweb import go_json
@@ -35,8 +36,7 @@ class GoPathError(OSError):
     upstream's nsqd logs, and prints in its FATAL line, when a file cannot be written."""
 
     def __init__(self, op: str, path: str, err: OSError) -> None:
-        why = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-        super().__init__(err.errno, f"{op} {path}: {why[:1].lower()}{why[1:]}")
+        super().__init__(err.errno, path_error(op, path, err))
 
     def __str__(self) -> str:
         return str(self.strerror)

@@ -166,11 +166,15 @@ def _log_fatal(message: str) -> FlagError:
 def start_up_errors(values: dict[str, Any]) -> str | None:
     """The checks upstream's ``nsqd.New`` makes first: the data path, then option ranges (the
     first failing one's text, for ``failed to instantiate nsqd - ...``; TLS comes next)."""
+    import errno
     import os
+
+    from ..common.goerrno import path_error
 
     data_path = values["data_path"] or os.getcwd()
     if not os.path.exists(data_path):
-        return f"failed to lock data-path: open {data_path}: no such file or directory"
+        return "failed to lock data-path: " + path_error("open", data_path,
+                                                         FileNotFoundError(errno.ENOENT, ""))
     if not os.path.isdir(data_path):
         return f"--data-path={data_path} is not a directory"
     if not 1 <= values["max_deflate_level"] <= 9:

@@ -12,7 +12,6 @@ made, so its error is a start-up failure, not a flag error).
 
 from __future__ import annotations
 
-import os
 import re
 import ssl
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any, Iterable
 
 from ..client import ConnectionOptions
 from ..common.flags import Flag, FlagError, format_duration, go_quote
+from ..common.goerrno import path_error
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
                    "m": 60.0, "h": 3600.0}
@@ -196,9 +196,8 @@ def _coerce(name: str, opt: _GoOpt, raw: str | bool) -> Any:
                 with open(raw, "rb"):
                     pass
             except OSError as err:
-                why = (err.strerror or str(err)).lower()
                 raise LookupError("ERROR: failed to read custom Certificate Authority file "
-                                  f"open {raw}: {why}") from None
+                                  + path_error("open", raw, err)) from None
             try:
                 ssl.create_default_context(cafile=raw)
             except (ssl.SSLError, ValueError):
@@ -244,8 +243,7 @@ def _key_pair_error(cert: str, key: str) -> str | None:
             with open(path, "rb") as fh:
                 pem[path] = fh.read()
         except OSError as err:
-            why = os.strerror(err.errno) if err.errno else str(err)
-            return f"open {path}: {why[:1].lower()}{why[1:]}"
+            return path_error("open", path, err)
     if b"-----BEGIN" not in pem[cert]:
         return "tls: failed to find any PEM data in certificate input"
     if b"-----BEGIN" not in pem[key]:

@@ -19,6 +19,8 @@ import aiohttp
 from ..client import NSQErrorResponse
 from ..client.errors import ConnectionClosedError, IdentifyError
 from ..common.flags import go_quote
+from ..common.goerrno import errno_text
+from ..common.goerrno import path_error as os_error  # Go's *os.PathError text, for the tools
 
 
 # --- net -----------------------------------------------------------------------------------------
@@ -104,12 +106,6 @@ def _dialled(address: str) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-def _syscall_text(err: OSError) -> str:
-    """Go's ``syscall.Errno`` text: the C library's message, lower-cased."""
-    text = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-    return text[:1].lower() + text[1:]
-
-
 def dial_error_text(err: BaseException, address: str) -> str:
     """What go-nsq's ``Conn.Connect`` error says for this failure to reach ``address``."""
     if isinstance(err, GoError):
@@ -118,7 +114,7 @@ def dial_error_text(err: BaseException, address: str) -> str:
         host = address.rsplit(":", 1)[0].strip("[]")
         if err.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5)):
             return f"dial tcp: lookup {host} on {_resolver()}: no such host"
-        return f"dial tcp: lookup {host}: {_syscall_text(err)}"
+        return f"dial tcp: lookup {host}: {errno_text(err)}"
     if isinstance(err, NSQErrorResponse):
         return f"failed to IDENTIFY - {err}"
     if isinstance(err, (ConnectionClosedError, IdentifyError)):
@@ -126,7 +122,7 @@ def dial_error_text(err: BaseException, address: str) -> str:
     if isinstance(err, TimeoutError) or (isinstance(err, ConnectionError) and "timed out" in str(err)):
         return f"dial tcp {_dialled(address)}: i/o timeout"
     if isinstance(err, OSError) and err.errno is not None:
-        return f"dial tcp {_dialled(address)}: connect: {_syscall_text(err)}"
+        return f"dial tcp {_dialled(address)}: connect: {errno_text(err)}"
     return str(err)
 
 
@@ -135,7 +131,7 @@ def io_error_text(err: BaseException | None) -> str:
     if err is None or isinstance(err, (ConnectionClosedError, EOFError)):
         return "EOF"
     if isinstance(err, OSError) and err.errno is not None:
-        return f"read tcp: read: {_syscall_text(err)}"
+        return f"read tcp: read: {errno_text(err)}"
     return str(err)
 
 
@@ -159,16 +155,9 @@ def response_error_text(status: int, reason: str, body: bytes) -> str:
 
 
 # --- os ------------------------------------------------------------------------------------------
-def os_error(op: str, path: str, err: OSError) -> str:
-    """Go's ``*os.PathError`` text: ``open /data/x.log: permission denied``."""
-    why = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-    return f"{op} {path}: {why[:1].lower()}{why[1:]}"
-
-
 def link_error(src: str, dst: str, err: OSError) -> str:
-    """Go's ``*os.LinkError`` text: ``link /work/x /out/x: file exists``."""
-    why = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-    return f"link {src} {dst}: {why[:1].lower()}{why[1:]}"
+    """Go's ``*os.LinkError`` text: ``link /data/x /out/x: file exists``."""
+    return f"link {src} {dst}: {errno_text(err)}"
 
 
 def mkdir_all(path: str, mode: int) -> None:

@@ -4,22 +4,20 @@ restart, and a data directory upstream nsqd v1.3.0 still starts on."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from helpers.servers import Nsqd, ServerProcess, free_port, unique_name
 from helpers.wire import Wire
+from helpers.upstream import upstream_binary
 from nsqd.lifecycle.lifecycle_util import channel_stats, make_channel, http, http_json
 
 pytestmark = pytest.mark.timeout(60)
 
 DEFAULTS = {"max_attempts": 0, "dead_letter_topic": "%s.dead", "msg_ttl": "0s",
             "mem_queue_size": 10000, "max_disk_bytes": 0, "disk_full_policy": "reject"}
-UPSTREAM_NSQD = Path(os.environ.get("NSQ_UPSTREAM_BIN", "/work/upstream/bin")) / "nsqd"
 
 
 def test_get_shows_flag_defaults_and_inheritance(nsqd_factory):
@@ -155,15 +153,14 @@ def test_data_directory_still_starts_under_upstream_nsqd(tmp_path):
     entry = next(t for t in doc["topics"] if t["name"] == topic)
     assert entry["config"] == {"max_attempts": 2}
     assert entry["channels"][0]["config"] == {"msg_ttl": "1m0s", "max_disk_bytes": 99999}
-    if not UPSTREAM_NSQD.exists():
-        pytest.skip(f"upstream nsqd not built at {UPSTREAM_NSQD}")
+    upstream_nsqd = upstream_binary("nsqd")  # or skip
     copy = tmp_path / "upstream"
     shutil.copytree(data, copy)
     for lock in copy.glob("*.lock"):
         lock.unlink()
     http_port, tcp_port = free_port(), free_port()
     upstream = ServerProcess(
-        [str(UPSTREAM_NSQD), f"--data-path={copy}", f"--tcp-address=127.0.0.1:{tcp_port}",
+        [upstream_nsqd, f"--data-path={copy}", f"--tcp-address=127.0.0.1:{tcp_port}",
          f"--http-address=127.0.0.1:{http_port}", "--broadcast-address=127.0.0.1"],
         f"http://127.0.0.1:{http_port}/ping", tmp_path / "upstream.log")
     try:
@@ -177,7 +174,7 @@ def test_data_directory_still_starts_under_upstream_nsqd(tmp_path):
         w.close()
     finally:
         assert upstream.stop() == 0
-    assert subprocess.run([str(UPSTREAM_NSQD), "--version"], capture_output=True).returncode == 0
+    assert subprocess.run([upstream_nsqd, "--version"], capture_output=True).returncode == 0
 
 
 @pytest.mark.parametrize("flag,message", [

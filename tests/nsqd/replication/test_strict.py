@@ -126,8 +126,7 @@ def test_strict_publish_waits_for_the_link_to_come_back(nsqd_factory):
     wait_for(lambda: rep_stats(a)["state"] == "degraded", what="link down")
     w = Wire(a.tcp_address, timeout=15)
     w.cmd(b"PUB", topic, body=b"waits")
-    time.sleep(1.0)
-    assert rep_stats(a)["waiting_publishes"] == 1
+    wait_for(lambda: rep_stats(a)["waiting_publishes"] == 1, what="the publish waiting for a copy")
     b2 = b.restart("--accept-replicas")
     try:
         w.expect_ok()  # answered once the returning peer stored it (re-ship)

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from helpers.nsqd_http import http, stats
+from helpers.polling import wait_for
 from helpers.servers import unique_name
 from helpers.statsd_receiver import StatsdReceiver
 from helpers.wire import Wire
@@ -188,11 +189,10 @@ def test_unreachable_or_bad_statsd_address_does_not_stop_nsqd(nsqd_factory):
         closed = "127.0.0.1:%d" % s.getsockname()[1]
     a = nsqd_factory(f"--statsd-address={closed}", "--statsd-interval=1s")
     b = nsqd_factory("--statsd-address=no-port-here", "--statsd-interval=1s")
-    time.sleep(2.5)
+    wait_for(lambda: "failed to create UDP socket to statsd(no-port-here)" in b.log()
+             and "STATSD: pushing stats to " + closed in a.log(), what="a statsd interval on both")
     for node in (a, b):
         assert http(node, "GET", "/ping") == b"OK"
-    assert "failed to create UDP socket to statsd(no-port-here)" in b.log()
-    assert "STATSD: pushing stats to " + closed in a.log()
 
 
 def test_non_positive_interval_is_refused(nsqd_factory, tmp_path):

@@ -47,6 +47,8 @@ import threading
 import warnings
 from typing import Any
 
+from ...common.goerrno import path_error
+
 TLS_REQUIRED_FALSE = "false"
 TLS_REQUIRED_TCP_HTTPS = "tcp-https"  # TCP needs TLS, plain HTTP stays open
 TLS_REQUIRED_TRUE = "true"
@@ -233,7 +235,7 @@ def load_certificate(ctx: ssl.SSLContext, certfile: str, keyfile: str) -> str:
 def _describe(err: BaseException) -> str:
     """Go's words for a file that cannot be read (``open <path>: no such file or directory``)."""
     if isinstance(err, OSError) and err.filename is not None and err.strerror:
-        return f"open {err.filename}: {err.strerror[:1].lower()}{err.strerror[1:]}"
+        return path_error("open", err.filename, err)
     return str(err)
 
 

@@ -1,0 +1,178 @@
+"""How the suite runs in parallel (pytest-xdist): which tests share a worker and which never
+overlap. Rules go by path and by what a test module imports, never by a marker on each test, so
+a new test file lands in the right group by where it lives and what it uses.
+
+Groups (docs/testing.md says the same for developers placing a new test):
+
+- ``spark``: everything under tests/spark (JVMs).
+- ``chaos``: modules that use the chaos helpers (helpers.chaos, helpers.chaos_pair).
+- ``browser``: modules that drive Chromium through Playwright.
+- ``bench``: modules named ``test_*bench*.py`` (benchmarks written as tests).
+- ``ports``: tests that bind the default ports 4150/4151/4160/4161/4171 (a ``make run``-like
+  cluster): everything under tests/docs, and modules that start ``nsqpy-dev``/``devcluster``.
+- ``serial``: tests that measure time or memory tightly (``test_footprint*.py``): while one
+  runs, no other test runs on any worker.
+
+The first four are *heavy*. The Spark tests are one unit of work (one worker, one JVM session,
+one test after another); chaos, browser and bench tests are another: at most two heavy tests run
+at once, one per core. The ``ports`` tests go to one worker too, so they never overlap. Every
+other module is one unit of work for whichever worker is free (its tests in order, its
+module-scoped servers started once); units are handed out largest first. A module may also name
+its group itself with a module-level ``XDIST_GROUP = "name"`` line.
+
+The scheduler (``GroupScheduling``, installed by tests/conftest.py) reads the groups from the
+test ids themselves, so it does not depend on xdist reading ``xdist_group`` marks (pytest 9
+changed the node ids that ``--dist loadgroup`` rewrites); the marks are still set, for
+inspection with ``--collect-only``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import os
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent.parent
+
+# (pattern on the test id relative to tests/, "path::test[params]", group): the first match wins;
+# "*" crosses "/" and "::", so "spark/*" is every test under tests/spark.
+ID_RULES: list[tuple[str, str]] = [
+    ("spark/*", "spark"),
+    ("docs/*", "ports"),
+    ("*/test_*bench*.py::*", "bench"),
+    ("*/test_footprint*.py::*", "serial"),
+    ("*/test_*chaos*.py::*", "chaos"),
+    # timing measured tightly: a busy neighbour on the 2 cores makes them fail
+    ("nsqd/stats/test_statsd_format.py::test_a_stall_does_not_turn_into_a_burst", "serial"),
+    ("security/test_limits.py::test_deflate_bomb_is_inflated_step_by_step", "serial"),
+    ("security/test_limits.py::test_publisher_flooding_without_reading_is_bounded_and_cut_off",
+     "serial"),
+]
+
+# (regular expression on the module's source, group), for tests no id rule placed.
+SOURCE_RULES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"^\s*(from|import) helpers\.(chaos|chaos_pair)\b", re.M), "chaos"),
+    (re.compile(r"\bplaywright\b|\bbrowser_util import\b", re.M), "browser"),
+    (re.compile(r"nsqpy-dev|\bdevcluster\b"), "ports"),
+]
+
+HEAVY = {"spark", "chaos", "browser", "bench"}
+SERIAL = "serial"
+
+_sources: dict[Path, str] = {}
+
+
+def _source(path: Path) -> str:
+    if path not in _sources:
+        try:
+            _sources[path] = path.read_text(errors="replace")
+        except OSError:
+            _sources[path] = ""
+    return _sources[path]
+
+
+def group_of(path: Path, name: str = "") -> str | None:
+    """The group of test ``name`` (``test_x[param]``) in the module at ``path``; None: none."""
+    try:
+        rel = path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        rel = path.name
+    source = _source(path)
+    declared = re.search(r"^XDIST_GROUP\s*=\s*['\"]([\w-]+)['\"]", source, re.M)
+    if declared:
+        return declared.group(1)
+    test_id = f"{rel}::{name}"
+    for pattern, group in ID_RULES:
+        if fnmatch.fnmatchcase(test_id, pattern):
+            return group
+    return next((g for rx, g in SOURCE_RULES if rx.search(source)), None)
+
+
+def assign_groups(items: list[pytest.Item]) -> None:
+    """Mark each collected test with its ``xdist_group`` (what the scheduler below goes by)."""
+    for item in items:
+        group = group_of(Path(item.fspath), item.nodeid.split("::", 1)[-1])
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            item.stash[_GROUP] = group
+
+
+_GROUP = pytest.StashKey[str]()
+
+#: the xdist work unit (scope) of each group. Spark's JVMs are one unit, the other heavy groups
+#: another: at most two heavy tests run at once, one per core, never two JVMs or two Chromiums.
+#: (All heavy tests on one worker would be the critical path: ~17 of the 18 minutes measured.)
+SCOPES = {"spark": "spark"} | {group: "heavy" for group in HEAVY - {"spark"}} \
+    | {"ports": "ports", SERIAL: SERIAL}
+
+
+def scope_of_nodeid(rootpath: Path, nodeid: str) -> str:
+    """The work unit of a test id: its group's scope, else its module (a module's tests run in
+    order on one worker and share its module-scoped servers)."""
+    if "@" in nodeid.rsplit("]", 1)[-1]:
+        nodeid = nodeid.rsplit("@", 1)[0]
+    path, _, name = nodeid.partition("::")
+    group = group_of(rootpath / path, name)
+    if group is None:
+        return path
+    return SCOPES.get(group, group)
+
+
+def make_scheduler(config: pytest.Config, log):
+    """xdist's load-by-scope scheduler with our groups' scopes as the units and every other
+    module a unit of its own; units go out largest first, so the Spark unit starts at once."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of_nodeid(config.rootpath, nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def _lock_dir(config: pytest.Config) -> Path | None:
+    """A directory every worker of this run shares (xdist's base temp's parent), or None when
+    the run is not parallel and no lock is needed."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None:
+        return None
+    return factory.getbasetemp().parent
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def exclusion(item: pytest.Item) -> Iterator[None]:
+    """While a ``serial`` test runs (set-up to teardown) no other test runs on any worker.
+
+    Every test takes ``run.lock`` shared, a serial test takes it exclusively; ``gate.lock`` keeps
+    a waiting serial test from being starved by the others (a newcomer passes the gate only
+    while no serial test waits)."""
+    where = _lock_dir(item.config)
+    if where is None:
+        yield
+        return
+    mode = fcntl.LOCK_EX if item.stash.get(_GROUP, None) == SERIAL else fcntl.LOCK_SH
+    with _flock(where / "gate.lock", mode):
+        run = _flock(where / "run.lock", mode)
+        run.__enter__()
+    try:
+        yield
+    finally:
+        run.__exit__(None, None, None)
