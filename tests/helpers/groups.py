@@ -53,6 +53,10 @@ ID_RULES: list[tuple[str, str]] = [
     ("security/test_limits.py::test_deflate_bomb_is_inflated_step_by_step", "serial"),
     ("security/test_limits.py::test_publisher_flooding_without_reading_is_bounded_and_cut_off",
      "serial"),
+    ("nsqd/test_metadata_persist.py::*", "serial"),  # no PUB waits > 20 ms during 2,000 creates
+    ("nsqd/test_scan_at_scale.py::*", "serial"),  # idle CPU and timeouts among 10,000 channels
+    ("security/test_auth_upstream.py::*", "serial"),  # 5 s auth timeouts compared to the 0.5 s
+    ("http_layer/test_backpressure.py::*", "bench"),  # 1.6M pipelined requests: a core's worth
 ]
 
 # (regular expression on the module's source, group), for tests no id rule placed.
