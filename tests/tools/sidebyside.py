@@ -123,6 +123,25 @@ class Outcome:
         return mask(self.stderr, replacements)
 
 
+def without_extensions(tool: str, lines: list[str]) -> list[str]:
+    """A usage text less nsqpy's own flags (``Flag.extension``: opt-in additions such as
+    ``--from``), so that every upstream flag must read as upstream's does."""
+    import importlib
+
+    flagset = importlib.import_module(f"nsqpy.tools.{tool}").build_flagset()
+    names = {f"-{f.name}" for f in flagset.flags if f.extension}
+    out: list[str] = []
+    skipping = False
+    for line in lines:
+        if line.startswith("  -"):  # a flag's head line; its usage lines follow, "    \t..."
+            skipping = line.split()[0] in names
+        elif not line.startswith("    \t"):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return out
+
+
 def run_once(argv: list[str], *, input: bytes = b"", timeout: float = 15.0) -> Outcome:
     """Run to completion (killed by PID at ``timeout``: then ``code`` is None)."""
     started = time.monotonic()

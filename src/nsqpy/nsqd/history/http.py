@@ -152,11 +152,10 @@ def history_routes(api: "NsqdHTTP") -> list[Route]:
         else:
             channel = api.existing_channel(topic, channel_name)
         if point != LATEST:
-            replay = start_replay(channel, log, point)
+            start_replay(channel, log, point)
             nsqd.logger.info("HISTORY(%s): channel %s replays from %s (%s)", topic.name,
                              channel_name, query[key][0],
                              "caught up" if channel.feeder is None else "under way")
-            del replay
         return EMPTY
 
     return [
