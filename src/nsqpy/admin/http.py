@@ -27,7 +27,7 @@ from .. import NSQ_COMPAT_VERSION
 from ..common.flags import format_duration
 from ..common.router import Router, unrouted_response
 from ..common.log import parse_level, set_level
-from ..common.gojson import GoJSONError, decode_strings
+from ..protocol.gojson import GoJSONError, decode_strings
 from ..common.goweb import ApiError, go_json
 from ..common.prometheus import http_response as metrics_response
 from ..protocol.names import is_valid_name

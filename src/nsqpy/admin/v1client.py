@@ -23,7 +23,7 @@ import aiohttp
 
 from ..common.addr import join_host_port
 from ..common.goerrno import path_error
-from ..common.gojson import INT, GoJSONError, decode_struct, loads
+from ..protocol.gojson import INT, GoJSONError, decode_struct, loads
 from ..protocol.commands import go_quote
 
 ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}

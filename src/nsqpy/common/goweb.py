@@ -2,7 +2,7 @@
 
 Upstream's HTTP APIs parse queries with ``url.ParseQuery`` and answer with ``encoding/json``;
 clients and scripts see both in error cases and byte-for-byte bodies, so one copy serves nsqd,
-nsqlookupd and nsqadmin (``go_json`` is :func:`nsqpy.common.gojson.dumps`).
+nsqlookupd and nsqadmin (``go_json`` is :func:`nsqpy.protocol.gojson.dumps`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ..protocol.names import is_valid_name
-from .gojson import dumps as go_json  # noqa: F401 (the daemons' one JSON writer, as callers know it)
+from ..protocol.gojson import dumps as go_json  # noqa: F401 (the daemons' one JSON writer, as callers know it)
 
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 

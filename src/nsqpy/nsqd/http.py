@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from .. import NSQ_COMPAT_VERSION, version_string
 from ..common.addr import is_unix_socket, listen_socket, listener_name, unix_listen_socket
-from ..common.gojson import GoJSONError, decode_strings
+from ..protocol.gojson import GoJSONError, decode_strings
 from ..common.goweb import ApiError, first_value, go_json, parse_query, topic_channel_args
 from ..common.http_api import OK_JSON, OK_V1, plain_text, v1_error, v1_json, v1_text
 from ..common.log import NSQ_LEVEL_NUMBERS, RequestLog, set_level

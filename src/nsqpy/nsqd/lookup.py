@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any, Callable, Iterable
 
 from ..common.addr import join_host_port, split_host_port
-from ..common.gojson import INT, STRING, GoJSONError, decode_struct
+from ..protocol.gojson import INT, STRING, GoJSONError, decode_struct
 from ..protocol.lookup import (
     DEFAULT_MAX_BODY_SIZE, MAGIC_V1, PING_COMMAND, ResponseDecoder, ResponseTooLarge,
     encode_identify, encode_register, encode_unregister, is_error_response,

@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.goerrno import path_error
-from ..common.gojson import GoJSONError, loads
-from ..common.goscan import unmarshal_syntax_error
+from ..protocol.gojson import GoJSONError, loads
+from ..protocol.goscan import unmarshal_syntax_error
 from ..common.goweb import go_json
 from ..protocol.names import is_ephemeral, is_valid_name
 

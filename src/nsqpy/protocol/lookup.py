@@ -21,8 +21,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Union
 
-from ..common.gojson import INT, OPTIONAL_STRING, STRING, GoJSONError, decode_struct
-from ..common.goweb import go_json
+from .gojson import INT, OPTIONAL_STRING, STRING, GoJSONError, decode_struct
+from .gojson import dumps as go_json
 from .errors import E_BAD_BODY, E_BAD_CHANNEL, E_BAD_PROTOCOL, E_BAD_TOPIC, E_INVALID, FatalError
 from .names import is_valid_name
 
@@ -265,7 +265,7 @@ _ZERO_PEER_INFO = {name: 0 if kind == INT else "" for name, kind in _PEER_INFO.i
 
 def parse_identify(body: bytes) -> dict[str, Any]:
     """Decode an IDENTIFY body the way Go's ``json.Unmarshal`` fills nsqlookupd's ``PeerInfo``
-    (:func:`nsqpy.common.gojson.decode_struct`: Go's key folding, ``null`` leaves a field empty,
+    (:func:`nsqpy.protocol.gojson.decode_struct`: Go's key folding, ``null`` leaves a field empty,
     unknown keys skipped, a value of the wrong type a decode error); the four required fields
     must then be non-empty/non-zero. Returns every field, ``remote_address`` included (the
     server overwrites it with the peer's address).

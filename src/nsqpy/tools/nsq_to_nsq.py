@@ -31,7 +31,7 @@ from typing import Any
 
 from ..client import Message, NSQError
 from ..common.flags import Flag, FlagSet
-from ..common.gojson import GoJSONError, dumps, loads
+from ..protocol.gojson import GoJSONError, dumps, loads
 from ..protocol.names import is_valid_name
 from . import common, golog, gonsq
 from .common import fatal, repeated

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import config as ec
-from ...common.gojson import GoJSONError, loads
+from ...protocol.gojson import GoJSONError, loads
 from ...common.goweb import ApiError, first_value
 from ...common.http_api import v1_json
 from ...httpserver import Request

@@ -27,7 +27,7 @@ from ...client.connection import NSQConnection
 from ...client.errors import NSQError
 from ...client.options import ConnectionOptions
 from ...common.addr import split_host_port
-from ...common.gojson import loads
+from ...protocol.gojson import loads
 from ...common.goweb import go_json
 from ...protocol.commands import MAGIC_V2
 from ...protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, FrameDecoder, FrameTooLarge

@@ -16,7 +16,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from ...common.gojson import loads
+from ...protocol.gojson import loads
 from ...common.goweb import go_json
 from ...protocol.errors import E_INVALID, FatalError
 from ...protocol.frames import encode_error, encode_response

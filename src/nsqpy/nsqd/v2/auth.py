@@ -26,7 +26,7 @@ import time
 from typing import Any
 from urllib.parse import quote_plus, urlsplit, urlunsplit
 
-from ...common.gojson import INT, STRING, TIME, GoJSONError, ListOf, decode_struct
+from ...protocol.gojson import INT, STRING, TIME, GoJSONError, ListOf, decode_struct
 from ...common.goweb import go_json
 
 from ...common import goregexp

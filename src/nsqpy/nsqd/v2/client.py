@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from ...common.gojson import (
+from ...protocol.gojson import (
     ANY, BOOL, INT, INT32, OPTIONAL_STRING, STRING, decode_struct,
 )
 from ...protocol.errors import E_BAD_BODY, FatalError

@@ -37,7 +37,7 @@ from ...protocol.names import is_valid_name
 from .client import (
     STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, decode_identify, go_identify_text,
 )
-from ...common.gojson import GoJSONError
+from ...protocol.gojson import GoJSONError
 from ...common.goweb import go_json
 from ..options import topology_set
 

@@ -1,4 +1,4 @@
-"""nsqpy.common.gojson against Go's encoding/json: the cases upstream's daemons showed (issue 37),
+"""nsqpy.protocol.gojson against Go's encoding/json: the cases upstream's daemons showed (issue 37),
 then random inputs compared byte for byte with Go 1.19 itself (a small oracle program beside this
 file, built when ``go`` is installed; skipped otherwise)."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from nsqpy.common import gojson
-from nsqpy.common.gojson import GoJSONError, decode_struct, decode_strings, dumps, loads
+from nsqpy.protocol import gojson
+from nsqpy.protocol.gojson import GoJSONError, decode_struct, decode_strings, dumps, loads
 from nsqpy.nsqd.v2.client import decode_identify
 
 pytestmark = pytest.mark.timeout(300)
@@ -109,7 +109,7 @@ def test_identify_refused_as_upstream_refuses(raw):
 
 
 def test_nested_structs_as_auth_state_and_nsqd_dat():
-    from nsqpy.common.gojson import ANY, BOOL, STRING, ListOf
+    from nsqpy.protocol.gojson import ANY, BOOL, STRING, ListOf
     channel = {"name": STRING, "paused": BOOL, "config": ANY}  # upstream's nsqd.dat structs
     _METADATA = {"topics": ListOf({**channel, "channels": ListOf(channel)}), "version": STRING}
     from nsqpy.nsqd.v2.auth import parse_state

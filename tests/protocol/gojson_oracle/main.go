@@ -1,4 +1,4 @@
-// An oracle for tests/common/test_gojson.py: Go's own encoding/json on the inputs the test
+// An oracle for tests/protocol/test_gojson.py: Go's own encoding/json on the inputs the test
 // sends, one per line as "<mode> <hex>", answered one line each (hex, or "ERR").
 //
 //	s: the bytes as a Go string, marshalled

@@ -1,6 +1,6 @@
 """Go's ``encoding/json`` scanner, byte for byte: which input it refuses and with which words.
 
-The error-text half of the JSON codec (:mod:`nsqpy.common.gojson` reads and writes values).
+The error-text half of the JSON codec (:mod:`nsqpy.protocol.gojson` reads and writes values).
 
 Sans I/O. Upstream's daemons answer a malformed body (nsqadmin) or refuse a malformed file
 (nsqd's ``nsqd.dat``) with the scanner's own text (``invalid character 'x' looking for beginning
