@@ -141,7 +141,9 @@ def test_readme_spark_snippet_gets_all_rows(tmp_path: Path) -> None:
         cluster.stop()
 
 
-def test_probe_tells_which_python_lacks_nsqpy() -> None:
+def test_probe_tells_which_python_lacks_nsqpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a worker process that ran tests/spark has src/ on PYTHONPATH (nsq_spark_util): not a user's
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     assert probe(sys.executable) is None
     why = probe(BASE_PYTHON)
     assert why is not None and "nsqpy" in why
@@ -151,7 +153,7 @@ def test_probe_tells_which_python_lacks_nsqpy() -> None:
 @pytest.mark.timeout(240)
 def test_explicit_worker_python_without_nsqpy_fails_at_register(tmp_path: Path) -> None:
     """The user chose PYSPARK_PYTHON: register() keeps it and says at once what to set."""
-    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_DRIVER_PYTHON"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
     env["PYSPARK_PYTHON"] = BASE_PYTHON
     code = ("from pyspark.sql import SparkSession\nimport nsqpy.spark\n"
             "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
