@@ -60,7 +60,7 @@ def nsqd_factory(tmp_path):
 
     yield start
     for node in started:
-        node.stop()
+        node.stop_all()  # and the nodes a test's restart() made from it
 
 
 @pytest.fixture

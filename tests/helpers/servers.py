@@ -130,7 +130,17 @@ class NsqServer(ServerProcess):
     def restart(self, *extra: str):
         """Stop, then start the same program on the same ports and directory."""
         self.stop()
-        return type(self)(self.directory, *extra, tcp_port=self.tcp_port, http_port=self.http_port)
+        # remembered, so that whoever stops this server at the end stops the one after it too
+        self.successor = type(self)(self.directory, *extra, tcp_port=self.tcp_port,
+                                    http_port=self.http_port)
+        return self.successor
+
+    def stop_all(self) -> None:
+        """Stop this server and every one :meth:`restart` made after it (by PID)."""
+        node: NsqServer | None = self
+        while node is not None:
+            node.stop()
+            node = getattr(node, "successor", None)
 
 
 class Nsqd(NsqServer):
