@@ -104,5 +104,20 @@ class Wire:
         self.sock.close()
 
 
+def read_until_quiet(sock: socket.socket, wait: float) -> bytes:
+    """What the server sent until ``wait`` seconds passed without a byte, then ``<closed>`` or
+    ``<open>``: a side-by-side test compares these bytes between upstream's server and ours."""
+    sock.settimeout(wait)
+    got = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return got + b"<closed>"
+            got += chunk
+    except socket.timeout:
+        return got + b"<open>"
+
+
 def pack_i32(n: int) -> bytes:
     return struct.pack(">i", n)

@@ -20,6 +20,7 @@ import pytest
 
 from helpers.servers import NsqServer, ServerProcess, free_port
 from helpers.upstream import upstream_binary
+from helpers.wire import read_until_quiet
 
 pytestmark = pytest.mark.timeout(300)
 I32 = struct.Struct(">i").pack
@@ -71,20 +72,6 @@ def sides(tmp_path_factory):
     yield upstream, ours
     upstream.stop()
     ours.stop()
-
-
-def _read_all(sock: socket.socket, wait: float) -> bytes:
-    """What the server sent within ``wait`` seconds, and whether it closed."""
-    sock.settimeout(wait)
-    got = b""
-    try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return got + b"<closed>"
-            got += chunk
-    except socket.timeout:
-        return got + b"<open>"
 
 
 def _get(port: int, path: str) -> bytes:
@@ -144,11 +131,11 @@ def test_nsqd_identify_and_stats(sides, body):
         sock = socket.create_connection(("127.0.0.1", side.nsqd_tcp), timeout=5)
         try:
             sock.sendall(b"  V2IDENTIFY\n" + I32(len(body)) + body)
-            answer = _read_all(sock, 0.5)
+            answer = read_until_quiet(sock, 0.5)
             stats = b""
             if answer.endswith(b"<open>"):  # accepted: subscribe, then look at it in /stats
                 sock.sendall(f"SUB json {channel}\n".encode())
-                answer += _read_all(sock, 0.3)
+                answer += read_until_quiet(sock, 0.3)
                 stats = _get(side.nsqd_http, f"/stats?format=json&topic=json&channel={channel}"
                                              "&include_mem=false")
             results.append((side.mask_ports(answer), _mask(side, stats)))
@@ -201,11 +188,11 @@ def test_lookupd_identify_nodes_lookup_debug(sides, body):
         sock = socket.create_connection(("127.0.0.1", side.lookupd_tcp), timeout=5)
         try:
             sock.sendall(b"  V1IDENTIFY\n" + I32(len(body)) + body)
-            answer = _read_all(sock, 0.5)
+            answer = read_until_quiet(sock, 0.5)
             pages = []
             if answer.endswith(b"<open>"):
                 sock.sendall(f"REGISTER {topic} ch\n".encode())
-                answer += _read_all(sock, 0.3)
+                answer += read_until_quiet(sock, 0.3)
                 for path in ("/nodes", f"/lookup?topic={topic}", "/debug"):
                     pages.append(_mask(side, _get(side.lookupd_http, path)))
             results.append((_mask(side, answer), pages))

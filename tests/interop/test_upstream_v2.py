@@ -20,6 +20,7 @@ import pytest
 
 from helpers.servers import Nsqd, ServerProcess, free_port
 from helpers.upstream import requires, upstream_path
+from helpers.wire import read_until_quiet
 
 UPSTREAM_NSQD = upstream_path("nsqd")
 pytestmark = [
@@ -56,16 +57,8 @@ def _answer(address: str, data: bytes, wait: float = 0.5) -> bytes:
     """All the server sent back, and whether it closed, for ``data`` sent after the magic."""
     sock = _connect(address)
     sock.sendall(data)
-    sock.settimeout(wait)
-    got = b""
     try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return got + b"<closed>"
-            got += chunk
-    except socket.timeout:
-        return got + b"<open>"
+        return read_until_quiet(sock, wait)
     finally:
         sock.close()
 
