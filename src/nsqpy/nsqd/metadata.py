@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.goerrno import path_error
-from ..protocol.gojson import GoJSONError, loads
+from ..protocol.gojson import GoJSONError, fold_key, loads
 from ..protocol.goscan import unmarshal_syntax_error
 from ..common.goweb import go_json
 from ..protocol.names import is_ephemeral, is_valid_name
@@ -127,10 +127,10 @@ _KINDS = {str: "string", bool: "bool", int: "number", float: "number", list: "ar
 
 
 def _field(doc: dict[str, Any], name: str) -> Any:
-    """A struct field's value as Go finds it: the exact key, else one equal but for case."""
+    """A struct field's value as Go finds it: the exact key, else one Go's key folding matches."""
     if name in doc:
         return doc[name]
-    return next((v for k, v in doc.items() if k.lower() == name), None)
+    return next((v for k, v in doc.items() if fold_key(k) == name), None)
 
 
 def _type_error(doc: Any, struct: str = "Metadata", path: str = "") -> str | None:
