@@ -403,10 +403,14 @@ class Channel:
         self.paused = False
         self.dispatch()
 
+    def _stop_replay(self) -> None:
+        """Emptied, closed or deleted: a replay of the topic's history under way stops too."""
+        if self.feeder is not None:
+            self.feeder.close()
+
     def empty(self) -> None:
         """Drop queued, deferred and in-flight messages; consumers stay connected."""
-        if self.feeder is not None:  # a replay under way stops too
-            self.feeder.close()
+        self._stop_replay()
         self.mem.clear()
         self.deferred.clear()
         self._clear_orphans()
@@ -420,8 +424,7 @@ class Channel:
     def close(self, flush: bool) -> None:
         """Stop the channel; with ``flush``, persist memory, in-flight and deferred messages."""
         self.exiting = True
-        if self.feeder is not None:
-            self.feeder.close()
+        self._stop_replay()
         for client in list(self.clients):
             client.close_connection()
         if flush and not self.ephemeral:
@@ -464,8 +467,7 @@ class Channel:
     def delete(self) -> None:
         self.nsqd.logger.info("CHANNEL(%s): deleting", self.name)
         self.exiting = True
-        if self.feeder is not None:
-            self.feeder.close()
+        self._stop_replay()
         for client in list(self.clients):
             client.in_flight.clear()
             client.close_connection()
