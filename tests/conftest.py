@@ -26,8 +26,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A serial test waits here for the others to finish, outside pytest-timeout's clock."""
-    with groups.exclusion(item):
+    """A serial test waits here for the others to finish, outside pytest-timeout's clock; a run
+    of serial tests holds the others off from its first test to its last."""
+    with groups.exclusion(item, nextitem):
         yield
 
 

@@ -119,6 +119,10 @@ SCOPES = {"spark": "spark"} | {group: "heavy" for group in HEAVY - {"spark"}} \
     | {"ports": "ports", SERIAL: SERIAL}
 
 
+#: the order units are handed out in; every other unit comes after these, largest first
+FIRST = {"spark": 0, "heavy": 1, SERIAL: 2, "ports": 3}
+
+
 def scope_of_nodeid(rootpath: Path, nodeid: str) -> str:
     """The work unit of a test id: its group's scope, else its module (a module's tests run in
     order on one worker and share its module-scoped servers)."""
@@ -139,6 +143,13 @@ def make_scheduler(config: pytest.Config, log):
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return scope_of_nodeid(config.rootpath, nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            # the longest units first (xdist orders by test count only): Spark, the other heavy
+            # tests, the serial run (while the others are still starting), then the rest
+            first = min(self.workqueue, key=lambda scope: FIRST.get(scope, len(FIRST)))
+            self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
 
     return GroupScheduling(config, log)
 
@@ -164,22 +175,49 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+class _Exclusive:
+    """The exclusive hold of one worker's run of serial tests (None: not held)."""
+
+    held: contextlib.ExitStack | None = None
+
+
+def _is_serial(item: pytest.Item | None) -> bool:
+    return item is not None and item.stash.get(_GROUP, None) == SERIAL
+
+
 @contextlib.contextmanager
-def exclusion(item: pytest.Item) -> Iterator[None]:
+def exclusion(item: pytest.Item, nextitem: pytest.Item | None = None) -> Iterator[None]:
     """While a ``serial`` test runs (set-up to teardown) no other test runs on any worker.
 
     Every test takes ``run.lock`` shared, a serial test takes it exclusively; ``gate.lock`` keeps
     a waiting serial test from being starved by the others (a newcomer passes the gate only
-    while no serial test waits)."""
+    while no serial test waits). Serial tests come one after another on one worker (they are
+    one unit), so the exclusive hold lasts from the first of them to the last (``nextitem``
+    tells): the other workers are drained once for the whole run of them, not once per test
+    (a module of 430 serial comparisons drained them 430 times, leaving the cores idle)."""
     where = _lock_dir(item.config)
-    if where is None:
+    if where is None or item.stash.get(_GROUP, None) == "spark":
+        # the Spark worker goes on beside a serial run: it is the run's critical path, and
+        # the serial tests stand one JVM on the other core (measured, docs/testing.md)
         yield
         return
-    mode = fcntl.LOCK_EX if item.stash.get(_GROUP, None) == SERIAL else fcntl.LOCK_SH
-    with _flock(where / "gate.lock", mode):
-        run = _flock(where / "run.lock", mode)
-        run.__enter__()
+    if not _is_serial(item):
+        with _flock(where / "gate.lock", fcntl.LOCK_SH):
+            run = _flock(where / "run.lock", fcntl.LOCK_SH)
+            run.__enter__()
+        try:
+            yield
+        finally:
+            run.__exit__(None, None, None)
+        return
+    if _Exclusive.held is None:
+        stack = contextlib.ExitStack()
+        with _flock(where / "gate.lock", fcntl.LOCK_EX):
+            stack.enter_context(_flock(where / "run.lock", fcntl.LOCK_EX))
+        _Exclusive.held = stack
     try:
         yield
     finally:
-        run.__exit__(None, None, None)
+        if not _is_serial(nextitem):
+            _Exclusive.held.close()
+            _Exclusive.held = None
