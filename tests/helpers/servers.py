@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -10,11 +11,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 VENV_BIN = Path(sys.executable).parent
-
-
-_issued: set[int] = set()
 
 
 def _worker_share() -> tuple[int, int]:
@@ -24,24 +23,50 @@ def _worker_share() -> tuple[int, int]:
     return (int(worker[2:]), count) if worker.startswith("gw") and count > 1 else (0, 1)
 
 
-_INDEX, _WORKERS = _worker_share()
+def _port_range() -> range:
+    """The ports this pytest run hands out: ``NSQPY_TEST_PORTS`` (``low-high``), else 20000 up to
+    the kernel's ephemeral range. Never a port from that range: the kernel gives those to any
+    process binding port 0 or connecting out (Spark's Py4J gateway did, between our check and
+    nsqadmin's bind), so a port below it stays ours from the check to the server's bind."""
+    text = os.environ.get("NSQPY_TEST_PORTS", "")
+    if text:
+        low, _, high = text.partition("-")
+        return range(int(low), int(high) + 1)
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    return range(20000, max(ephemeral, 20000 + 4096))
+
+
+def _ports() -> Iterator[int]:
+    """This worker's share of the range (port modulo the worker count is its index, so two
+    workers never get the same port, and a port one worker's test let go, where a stopped
+    test's nsqd may still try to reach its nsqlookupd, never serves another's), from a place
+    that differs between runs, round and round."""
+    index, workers = _worker_share()
+    ports = [p for p in _port_range() if p % workers == index]
+    start = random.randrange(len(ports))
+    while True:
+        yield from ports[start:]
+        yield from ports[:start]
+        start = 0
+
+
+_next_port = _ports()
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on, never handed out twice by this process: the kernel
-    may return a just-closed port again, and an nsqd given the same TCP and HTTP port fails.
-
-    In a parallel run each worker takes only its share of the ports (half the port number modulo
-    the worker count is its index: Linux hands out even ports to ``bind`` first), so two workers
-    never get the same port, and a port one worker's test let go (where a stopped test's nsqd may
-    still try to reach its nsqlookupd) never serves another's."""
+    """A loopback port nothing listens on, not handed out before by this process (until the
+    whole share has gone round): an nsqd given the same TCP and HTTP port fails."""
     while True:
+        port = next(_next_port)
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _issued and (port >> 1) % _WORKERS == _INDEX:
-            _issued.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
 
 
 def wait_http_ok(url: str, proc: subprocess.Popen, timeout: float = 10.0) -> None:
