@@ -59,18 +59,24 @@ run: $(STAMP)
 
 # The suite on PYTEST_WORKERS workers (pytest-xdist): most tests wait on sockets, processes and
 # timers, not on the 2 cores. Which tests share a worker or never overlap: tests/helpers/groups.py
-# and docs/testing.md. PYTEST_ARGS narrows a run (a path, -k ...). Both runs go on when the other
-# failed; the Spark floor runs in one process (one JVM session, as the Spark group does).
+# and docs/testing.md. PYTEST_ARGS narrows the main run (a path, -k ...). The Spark floor (tests/spark
+# on the oldest PySpark we allow, one process, one JVM session) runs beside the main run, on ports
+# of its own (NSQPY_TEST_PORTS), its output kept until the main run is done; either failing fails.
 PYTEST_WORKERS ?= 4
 PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 PYTEST_ARGS ?=
+FLOOR_LOG := .pytest-spark-floor.log
 
 test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus
-	rc=0; \
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS) || rc=$$?; \
-	$(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
+	@rc=0; \
+	NSQPY_TEST_PORTS=10000-19999 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
 	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py \
-	  --deselect tests/spark/test_history_cluster.py || rc=$$?; \
+	  --deselect tests/spark/test_history_cluster.py > $(FLOOR_LOG) 2>&1 & floor=$$!; \
+	trap 'kill $$floor 2>/dev/null' EXIT; \
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS) || rc=$$?; \
+	wait $$floor || rc=$$?; trap - EXIT; \
+	echo "== tests/spark again on PySpark $(SPARK_MIN) (the floor), run beside the above =="; \
+	cat $(FLOOR_LOG); \
 	exit $$rc
 
 # The loop to run before every commit (< 3 min): the protocol core, the import graph, and one
