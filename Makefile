@@ -61,14 +61,15 @@ run: $(STAMP)
 # timers, not on the 2 cores. Which tests share a worker or never overlap: tests/helpers/groups.py
 # and docs/testing.md. PYTEST_ARGS narrows the main run (a path, -k ...). The Spark floor (tests/spark
 # on the oldest PySpark we allow, one process, one JVM session) runs beside the main run, on ports
-# of its own (NSQPY_TEST_PORTS), its output kept until the main run is done; either failing fails.
+# of its own (NSQPY_TEST_PORTS) and under the same serial lock (NSQPY_TEST_LOCKS), its output kept
+# until the main run is done; either failing fails.
 PYTEST_WORKERS ?= 4
 PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 PYTEST_ARGS ?=
 FLOOR_LOG := .pytest-spark-floor.log
 
 test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus
-	@rc=0; \
+	@rc=0; export NSQPY_TEST_LOCKS=$$(mktemp -d); \
 	NSQPY_TEST_PORTS=10000-19999 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
 	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py \
 	  --deselect tests/spark/test_history_cluster.py > $(FLOOR_LOG) 2>&1 & floor=$$!; \
@@ -76,7 +77,7 @@ test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS) || rc=$$?; \
 	wait $$floor || rc=$$?; trap - EXIT; \
 	echo "== tests/spark again on PySpark $(SPARK_MIN) (the floor), run beside the above =="; \
-	cat $(FLOOR_LOG); \
+	cat $(FLOOR_LOG); rm -rf "$$NSQPY_TEST_LOCKS"; \
 	exit $$rc
 
 # The loop to run before every commit (< 3 min): the protocol core, the import graph, and one

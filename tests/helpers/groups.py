@@ -10,14 +10,16 @@ Groups (docs/testing.md says the same for developers placing a new test):
 - ``bench``: modules named ``test_*bench*.py`` (benchmarks written as tests).
 - ``ports``: tests that bind the default ports 4150/4151/4160/4161/4171 (a ``make run``-like
   cluster): everything under tests/docs, and modules that start ``nsqpy-dev``/``devcluster``.
-- ``serial``: tests that measure time or memory tightly (``test_footprint*.py``): while one
-  runs, no other test runs on any worker.
+- ``serial``: tests that measure time or memory tightly (``test_footprint*.py``): while they
+  run, no other test runs on any worker, nor in the Spark floor run beside (``make test``).
 
 The first four are *heavy*. The Spark tests are one unit of work (one worker, one JVM session,
 one test after another); chaos, browser and bench tests are another: at most two heavy tests run
 at once, one per core. The ``ports`` tests go to one worker too, so they never overlap. Every
 other module is one unit of work for whichever worker is free (its tests in order, its
-module-scoped servers started once); units are handed out largest first. A module may also name
+module-scoped servers started once); units are handed out longest first (Spark, heavy, ports,
+then the others by test count) and the serial unit last, when the other workers are running out
+of work anyway: its tests then have the machine to themselves at little cost. A module may also name
 its group itself with a module-level ``XDIST_GROUP = "name"`` line.
 
 The scheduler (``GroupScheduling``, installed by tests/conftest.py) reads the groups from the
@@ -119,8 +121,10 @@ SCOPES = {"spark": "spark"} | {group: "heavy" for group in HEAVY - {"spark"}} \
     | {"ports": "ports", SERIAL: SERIAL}
 
 
-#: the order units are handed out in; every other unit comes after these, largest first
-FIRST = {"spark": 0, "heavy": 1, SERIAL: 2, "ports": 3}
+#: the order units are handed out in (the longest first; every unit not named here comes
+#: after these, largest first): the serial run goes last, when the other workers are running
+#: out of work, so draining them costs little and its tests have the machine to themselves
+ORDER = {"spark": 0, "heavy": 1, "ports": 2, SERIAL: 4}
 
 
 def scope_of_nodeid(rootpath: Path, nodeid: str) -> str:
@@ -145,9 +149,8 @@ def make_scheduler(config: pytest.Config, log):
             return scope_of_nodeid(config.rootpath, nodeid)
 
         def _assign_work_unit(self, node) -> None:
-            # the longest units first (xdist orders by test count only): Spark, the other heavy
-            # tests, the serial run (while the others are still starting), then the rest
-            first = min(self.workqueue, key=lambda scope: FIRST.get(scope, len(FIRST)))
+            # by ORDER (xdist orders by test count only)
+            first = min(self.workqueue, key=lambda scope: ORDER.get(scope, 3))
             self.workqueue.move_to_end(first, last=False)
             super()._assign_work_unit(node)
 
@@ -155,8 +158,13 @@ def make_scheduler(config: pytest.Config, log):
 
 
 def _lock_dir(config: pytest.Config) -> Path | None:
-    """A directory every worker of this run shares (xdist's base temp's parent), or None when
-    the run is not parallel and no lock is needed."""
+    """A directory every worker of this run shares: ``NSQPY_TEST_LOCKS`` (``make test`` names
+    one for the main run and the Spark floor beside it), else xdist's base temp's parent; None
+    when the run is not parallel and no lock is needed."""
+    shared = os.environ.get("NSQPY_TEST_LOCKS")
+    if shared:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        return Path(shared)
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return None
     factory = getattr(config, "_tmp_path_factory", None)
@@ -196,9 +204,7 @@ def exclusion(item: pytest.Item, nextitem: pytest.Item | None = None) -> Iterato
     tells): the other workers are drained once for the whole run of them, not once per test
     (a module of 430 serial comparisons drained them 430 times, leaving the cores idle)."""
     where = _lock_dir(item.config)
-    if where is None or item.stash.get(_GROUP, None) == "spark":
-        # the Spark worker goes on beside a serial run: it is the run's critical path, and
-        # the serial tests stand one JVM on the other core (measured, docs/testing.md)
+    if where is None:
         yield
         return
     if not _is_serial(item):
