@@ -516,7 +516,7 @@ def test_stats_auth_fields(world):
                 node = world.nodes[pair, side]
                 sock = socket.create_connection(("127.0.0.1", node.tcp_port), timeout=5)
                 socks.append(sock)
-                steps = [b"  V2", identify(client_id=cid)]
+                steps = [b"  V2" + identify(client_id=cid)]  # the magic alone gets no answer
                 if secret is not None:
                     s = f"{secret}.stats.{side}".encode()
                     steps.append(b"AUTH\n" + I32(len(s)) + s)
