@@ -498,6 +498,11 @@ def test_kill_9_during_writes(tmp_path: Path, sync_every: int) -> None:
             if written >= 3000 or time.monotonic() > deadline:
                 break
         os.kill(proc.pid, signal.SIGKILL)
+        # the writer ran on while its lines waited in the pipe: its last whole line is the
+        # state it was killed in (give or take the one step it had no time to print)
+        for line in proc.stdout:
+            if line.endswith("\n"):
+                last = line
     finally:
         proc.kill()
         proc.wait(10)
@@ -507,9 +512,10 @@ def test_kill_9_during_writes(tmp_path: Path, sync_every: int) -> None:
     rest = drain(q, 100)
     ids = [int(r[:26]) for r in rest]
     # a suffix of the write sequence, in order, without gaps, covering every acked write;
-    # it starts no later than the first record not yet handed out
+    # it starts no later than the first record not yet handed out (the unprinted step may
+    # have handed out 5 more)
     assert ids == list(range(ids[0], ids[0] + len(ids)))
-    assert ids[0] <= handed_out
+    assert ids[0] <= handed_out + 5
     assert ids[-1] + 1 >= acked_writes
     assert bad_files(tmp_path) == []
     assert q.depth == 0
