@@ -183,10 +183,17 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-class _Exclusive:
-    """The exclusive hold of one worker's run of serial tests (None: not held)."""
+#: this worker's exclusive hold over a run of serial tests (None: not held)
+_held: contextlib.ExitStack | None = None
 
-    held: contextlib.ExitStack | None = None
+
+def _hold(where: Path, mode: int) -> contextlib.ExitStack:
+    """``run.lock`` in ``mode``, taken through ``gate.lock`` (in the same mode), held until the
+    returned stack is closed."""
+    stack = contextlib.ExitStack()
+    with _flock(where / "gate.lock", mode):
+        stack.enter_context(_flock(where / "run.lock", mode))
+    return stack
 
 
 def _is_serial(item: pytest.Item | None) -> bool:
@@ -203,27 +210,20 @@ def exclusion(item: pytest.Item, nextitem: pytest.Item | None = None) -> Iterato
     one unit), so the exclusive hold lasts from the first of them to the last (``nextitem``
     tells): the other workers are drained once for the whole run of them, not once per test
     (a module of 430 serial comparisons drained them 430 times, leaving the cores idle)."""
+    global _held
     where = _lock_dir(item.config)
     if where is None:
         yield
         return
     if not _is_serial(item):
-        with _flock(where / "gate.lock", fcntl.LOCK_SH):
-            run = _flock(where / "run.lock", fcntl.LOCK_SH)
-            run.__enter__()
-        try:
+        with _hold(where, fcntl.LOCK_SH):
             yield
-        finally:
-            run.__exit__(None, None, None)
         return
-    if _Exclusive.held is None:
-        stack = contextlib.ExitStack()
-        with _flock(where / "gate.lock", fcntl.LOCK_EX):
-            stack.enter_context(_flock(where / "run.lock", fcntl.LOCK_EX))
-        _Exclusive.held = stack
+    if _held is None:
+        _held = _hold(where, fcntl.LOCK_EX)
     try:
         yield
     finally:
         if not _is_serial(nextitem):
-            _Exclusive.held.close()
-            _Exclusive.held = None
+            _held.close()
+            _held = None

@@ -138,15 +138,15 @@ def _compare(sides, requests: list[hl.Request]) -> list[str]:
             # nsqd registers with nsqlookupd in the background: let both settle first
             probe = hl.Request("nsqlookupd", "GET", "/debug")
             hl.settle(lambda side: hl.normalise(side.ask(probe), side.masks), (upstream, ours))
-        a, b = upstream.ask(req), ours.ask(req)
-        na, nb = hl.normalise(a, upstream.masks), hl.normalise(b, ours.masks)
         deadline = time.monotonic() + 5
-        while na != nb and _reads_state(req) and time.monotonic() < deadline:
+        while True:
+            a, b = upstream.ask(req), ours.ask(req)
+            na, nb = hl.normalise(a, upstream.masks), hl.normalise(b, ours.masks)
+            if na == nb or not _reads_state(req) or time.monotonic() >= deadline:
+                break
             # both daemons finish some work in the background (registrations, an ephemeral
             # topic's deletion); a snapshot taken mid-way is asked again until both agree
             time.sleep(0.1)
-            a, b = upstream.ask(req), ours.ask(req)
-            na, nb = hl.normalise(a, upstream.masks), hl.normalise(b, ours.masks)
         if na != nb:
             diffs.append(f"#{i} {req}\n  upstream: {a.raw[:600]!r}\n  ours:     {b.raw[:600]!r}"
                          f"\n  {hl.explain(na, nb)}")
