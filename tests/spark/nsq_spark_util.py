@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable
@@ -40,6 +41,15 @@ def channel_stats(http_address: str, topic: str, channel: str) -> dict:
         if c["channel_name"] == channel:
             return c
     return {}
+
+
+def producer_count(lookupd_http: str, topic: str) -> int:
+    """How many nsqd nsqlookupd lists for ``topic`` (0 while none has registered it: a 404)."""
+    try:
+        with urllib.request.urlopen(f"http://{lookupd_http}/lookup?topic={topic}", timeout=2) as resp:
+            return len(orjson.loads(resp.read()).get("producers") or ())
+    except urllib.error.HTTPError:
+        return 0
 
 
 def create_channel(http_address: str, topic: str, channel: str) -> None:

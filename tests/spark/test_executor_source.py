@@ -15,7 +15,7 @@ import pytest
 
 from helpers.servers import Nsqd, unique_name
 
-from spark.nsq_spark_util import channel_stats, create_channel, publish_n, start_to_end, wait_until
+from spark.nsq_spark_util import channel_stats, create_channel, producer_count, publish_n, start_to_end, wait_until
 from spark.test_source import nsq_stream
 
 # nsqd logs every IDENTIFY; the source's readers say who they are in it
@@ -80,7 +80,7 @@ def test_two_nodes_from_lookupd_partitions_on_each(spark, nsqd_factory, lookupd,
     for node in (a, b):
         create_channel(node.http_address, topic, "spark")
     bodies = publish_n(a.tcp_address, topic, 1500) + publish_n(b.tcp_address, topic, 2500, start=1500)
-    wait_until(lambda: _registered(lookupd, topic) == 2, 15, what="both nsqd registered")
+    wait_until(lambda: producer_count(lookupd.http_address, topic) == 2, 15, what="both nsqd registered")
     query = (nsq_stream(spark, topic, lookupd_http_addresses=lookupd.http_address, maxBatchSize=2000)
              .writeStream.format("parquet").option("path", str(tmp_path / "out"))
              .option("checkpointLocation", str(tmp_path / "ckpt")))
@@ -99,19 +99,6 @@ def test_two_nodes_from_lookupd_partitions_on_each(spark, nsqd_factory, lookupd,
     assert {r.nsqd_address for r in rows} == {a.tcp_address, b.tcp_address}
     assert drained(a, topic) and drained(b, topic)
     assert reader_pids(a) and reader_pids(b)
-
-
-def _registered(lookupd, topic: str) -> int:
-    import urllib.error
-    import urllib.request
-
-    import orjson
-
-    try:
-        with urllib.request.urlopen(f"http://{lookupd.http_address}/lookup?topic={topic}", timeout=2) as resp:
-            return len(orjson.loads(resp.read()).get("producers") or ())
-    except urllib.error.HTTPError:
-        return 0
 
 
 @pytest.mark.timeout(120)

@@ -4,15 +4,13 @@ PySpark 4.0 floor by ``make test``. nsqd runs with ``--retention`` (docs/history
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 
 import pytest
 
 from helpers.servers import unique_name
 
-from spark.nsq_spark_util import channel_stats, create_channel, publish_n, start_to_end, stats, wait_until
+from spark.nsq_spark_util import channel_stats, create_channel, producer_count, publish_n, start_to_end, stats, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,14 +22,6 @@ def _history(spark, http: str, topic: str, **options):
     return reader.load()
 
 
-def _producers(lookupd_http: str, topic: str) -> list:
-    try:
-        with urllib.request.urlopen(f"http://{lookupd_http}/lookup?topic={topic}", timeout=2) as resp:
-            return json.loads(resp.read()).get("producers") or []
-    except OSError:  # 404 until the first registration
-        return []
-
-
 def test_batch_reads_the_history_the_same_way_twice(spark, nsqd_factory, lookupd):
     nodes = [nsqd_factory("--retention=1h", f"--lookupd-tcp-address={lookupd.tcp_address}") for _ in range(2)]
     topic = unique_name("hist")
@@ -39,7 +29,7 @@ def test_batch_reads_the_history_the_same_way_twice(spark, nsqd_factory, lookupd
     for i, node in enumerate(nodes):
         expected |= set(publish_n(node.tcp_address, topic, 3000, start=i * 3000))
     # each nsqd registers the new topic with nsqlookupd in the background (late under load)
-    wait_until(lambda: len(_producers(lookupd.http_address, topic)) == 2, 30, what="both nsqd in /lookup")
+    wait_until(lambda: producer_count(lookupd.http_address, topic) == 2, 30, what="both nsqd in /lookup")
     df = (spark.read.format("nsq").option("lookupd_http_addresses", lookupd.http_address)
           .option("topic", topic).option("partitionsPerSegment", 2).load())
     assert df.columns == ["body", "id", "attempts", "timestamp", "topic", "channel", "nsqd_address"]

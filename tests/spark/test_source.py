@@ -11,7 +11,7 @@ from helpers.servers import Nsqd, unique_name
 from nsqpy.spark import dedupe_within_watermark
 from nsqpy.spark._compat import HAS_AVAILABLE_NOW
 
-from spark.nsq_spark_util import channel_stats, create_channel, publish_n, start_to_end, wait_until
+from spark.nsq_spark_util import channel_stats, create_channel, producer_count, publish_n, start_to_end, wait_until
 
 
 def nsq_stream(spark, topic: str, channel: str = "spark", *, nsqd: Nsqd | None = None, **options):
@@ -137,7 +137,7 @@ def test_two_nsqd_found_and_followed_via_lookupd(spark, nsqd_factory, lookupd, t
     a = nsqd_factory(reg)
     create_channel(a.http_address, topic, "spark")
     first = publish_n(a.tcp_address, topic, 500)
-    wait_until(lambda: _producers(lookupd, topic) == 1, 15, what="nsqd A registered with lookupd")
+    wait_until(lambda: producer_count(lookupd.http_address, topic) == 1, 15, what="nsqd A registered with lookupd")
 
     seen: dict[bytes, str] = {}
 
@@ -167,19 +167,6 @@ def test_two_nsqd_found_and_followed_via_lookupd(spark, nsqd_factory, lookupd, t
     assert set(seen) == set(first + second + third)
     assert {seen[x] for x in first} == {a.tcp_address}
     assert {seen[x] for x in second + third} == {b.tcp_address}
-
-
-def _producers(lookupd, topic: str) -> int:
-    import urllib.error
-    import urllib.request
-
-    import orjson
-
-    try:
-        with urllib.request.urlopen(f"http://{lookupd.http_address}/lookup?topic={topic}", timeout=2) as resp:
-            return len(orjson.loads(resp.read()).get("producers") or [])
-    except urllib.error.HTTPError:
-        return 0
 
 
 @pytest.mark.skipif(not HAS_AVAILABLE_NOW, reason="AvailableNow needs PySpark >= 4.2; see the guard test")
