@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from helpers.polling import wait_for
+from helpers.upstream import requires, upstream_binary
 from helpers.wire import Wire
 from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE
 from security.support import AuthServer, SecureNsqd, grant
@@ -417,3 +418,45 @@ def test_http_auth_required_needs_an_auth_server(tmp_path):
                            f"--data-path={tmp_path}"], capture_output=True, timeout=30)
     assert done.returncode != 0
     assert b"--http-auth-required needs --auth-http-address" in done.stdout + done.stderr
+
+
+# --- side by side with upstream: its routes answer the same with the auth server set -------------
+
+SAME_AS_UPSTREAM = [
+    ("POST", "/pub?topic=same", b"x"), ("POST", "/mpub?topic=same", b"a\nb"),
+    ("POST", "/pub", b"x"), ("POST", "/topic/create?topic=same2"),
+    ("POST", "/channel/create?topic=same&channel=c"),
+    ("POST", "/channel/create?topic=same&channel=c2&from=earliest"),  # upstream ignores `from`
+    ("POST", "/channel/pause?topic=same&channel=c"), ("POST", "/channel/unpause?topic=same&channel=c"),
+    ("POST", "/channel/empty?topic=same&channel=c"), ("POST", "/channel/delete?topic=same&channel=c"),
+    ("POST", "/topic/pause?topic=same"), ("POST", "/topic/empty?topic=same"),
+    ("POST", "/topic/delete?topic=same2"), ("POST", "/topic/delete?topic=nope"),
+    ("GET", "/config/max_msg_size"), ("GET", "/ping"), ("GET", "/stats?format=json&topic=nope&include_mem=false"),
+    ("GET", "/history/read?topic=same"),  # (404 on both: no history without --retention)
+]
+
+
+@requires("nsqd")
+@pytest.mark.parametrize("secret", [None, "node", REFUSED])
+def test_upstreams_routes_answer_as_upstream_with_the_auth_server_set(tmp_path, auth, secret):
+    """Default flags but --auth-http-address: with no header, a granted or a refused secret,
+    each of upstream's routes gives upstream's status, body and content type, and neither
+    nsqd asks the auth server anything."""
+    nodes = {}
+    try:
+        for side, binary in (("ours", None), ("up", upstream_binary("nsqd"))):
+            nodes[side] = SecureNsqd(tmp_path / side, f"--auth-http-address={auth.address}",
+                                     binary=binary)
+        asked = len(auth.requests)
+        for method, target, *body in SAME_AS_UPSTREAM:
+            got = {}
+            for side, node in nodes.items():
+                status, headers, data = call(node, method, target, secret, *body)
+                if target.startswith("/stats"):  # (its start time differs by a second or so)
+                    data = {k: v for k, v in orjson.loads(data).items() if k != "start_time"}
+                got[side] = (status, headers.get("Content-Type"), data)
+            assert got["ours"] == got["up"], (method, target)
+        assert len(auth.requests) == asked
+    finally:
+        for node in nodes.values():
+            node.stop()
