@@ -60,6 +60,7 @@ class Row:
     body: bytes = b""
     messages: int = 1  # messages per request (mpub)
     delay_ms: float = 0.0  # a pause before each request of a connection (moderate load)
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request (http_auth_bench.py)
 
 
 ROWS = {r.name: r for r in (
@@ -175,6 +176,7 @@ def run_wrk(row: Row, port: int, duration: float, workdir: Path,
                   "f:close()"]
     if row.delay_ms:
         lines += [f"function delay() return {row.delay_ms:g} end"]
+    lines += [f'wrk.headers["{name}"] = "{value}"' for name, value in row.headers]
     script.write_text("\n".join(lines) + "\n")
     cpu_before = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(["wrk", "-t1", f"-c{row.connections}", f"-d{duration:g}s", "--latency",

@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "nsqpy"
 #: nsqd's core: these modules stand below every sub-package of nsqd
 NSQD_CORE = {"nsqd", "topic", "channel", "hooks", "diskqueue", "metadata", "lookup", "options"}
-NSQD_FEATURES = {"v2", "replication", "lifecycle", "stats", "leases"}
+NSQD_FEATURES = {"v2", "replication", "lifecycle", "stats", "leases", "auth"}
 
 
 def _modules() -> dict[str, Path]:

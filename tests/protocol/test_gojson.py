@@ -112,7 +112,7 @@ def test_nested_structs_as_auth_state_and_nsqd_dat():
     from nsqpy.protocol.gojson import ANY, BOOL, STRING, ListOf
     channel = {"name": STRING, "paused": BOOL, "config": ANY}  # upstream's nsqd.dat structs
     _METADATA = {"topics": ListOf({**channel, "channels": ListOf(channel)}), "version": STRING}
-    from nsqpy.nsqd.v2.auth import parse_state
+    from nsqpy.nsqd.auth.client import parse_state
     state = parse_state(b'{"ttl":60,"identity":"i","authorizations":[{"topic":".*","channels":'
                         b'[".*",null],"permissions":["publish"]},null],"Expires":null,"x":1e400}')
     assert (state.ttl, state.identity, len(state.authorizations)) == (60, "i", 2)

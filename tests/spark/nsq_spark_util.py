@@ -186,3 +186,17 @@ def start_to_end(writer, nsqd_http: str, topic: str, channel: str = "spark"):
         return writer.trigger(availableNow=True).start()
     options = {"nsqd_http_addresses": nsqd_http, "nsqd_tcp_addresses": "127.0.0.1:1", "topic": topic, "channel": channel}
     return _DrainedQuery(writer.start(), options)
+
+
+def read_to_end(spark, df, tmp_path, nsqd_http: str, topic: str, timeout: float = 180) -> list[bytes]:
+    """Run the streaming ``df`` into parquet under ``tmp_path`` until it has read the channel's
+    backlog (:func:`start_to_end`); the bodies it wrote. Fails if the query did not end or failed."""
+    out = tmp_path / "out"
+    query = start_to_end(df.writeStream.format("parquet").option("path", str(out))
+                         .option("checkpointLocation", str(tmp_path / "ckpt")), nsqd_http, topic)
+    try:
+        assert query.awaitTermination(timeout), "the query did not end"
+    finally:
+        query.stop()
+    assert query.exception() is None
+    return [bytes(r.body) for r in spark.read.parquet(str(out)).select("body").collect()]

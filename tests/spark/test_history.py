@@ -10,7 +10,9 @@ import pytest
 
 from helpers.servers import unique_name
 
-from spark.nsq_spark_util import channel_stats, create_channel, producer_count, publish_n, start_to_end, stats, wait_until
+from spark.nsq_spark_util import (
+    channel_stats, create_channel, producer_count, publish_n, read_to_end, stats, wait_until,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -111,16 +113,7 @@ def test_a_query_from_earliest_ends_once_the_history_is_read(spark, nsqd_factory
           .option("channel", "spark").option("mode", mode).option("startingPosition", "earliest")
           .option("maxBatchSize", 5000).load())
     assert channel_stats(nsqd.http_address, topic, "spark")["depth"] == n
-    out = tmp_path / "out"
-    query = start_to_end(df.writeStream.format("parquet").option("path", str(out))
-                         .option("checkpointLocation", str(tmp_path / "ckpt")),
-                         nsqd.http_address, topic)
-    try:
-        assert query.awaitTermination(180), "the query did not end"
-    finally:
-        query.stop()
-    assert query.exception() is None
-    bodies = [bytes(r.body) for r in spark.read.parquet(str(out)).select("body").collect()]
+    bodies = read_to_end(spark, df, tmp_path, nsqd.http_address, topic)
     assert len(bodies) == n and set(bodies) == set(expected)
     assert channel_stats(nsqd.http_address, topic, "spark")["depth"] == 0
 

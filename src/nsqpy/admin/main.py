@@ -52,7 +52,7 @@ class NSQAdmin:
         timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
                                         sock_connect=opts.http_client_connect_timeout)
         self.session = aiohttp.ClientSession(timeout=timeout)
-        client = V1Client(self.session, self.tls)
+        client = V1Client(self.session, self.tls, opts.nsqd_auth_secret)
         self.notifier = Notifier(lambda: opts.notification_http_endpoint, self.session,
                                  self.logger)
         self.notifier.start()
@@ -61,7 +61,8 @@ class NSQAdmin:
             self.live = LiveSampler(opts, self.logger, quiet)
             self.live.start()
         server = HTTPServer(opts, self.logger, ClusterInfo(client, self.logger),
-                            Graphite(opts, self.logger, client), self.notifier, self.live)
+                            Graphite(opts, self.logger, V1Client(self.session, self.tls)),
+                            self.notifier, self.live)  # (graphite never gets the secret)
         runner = web.AppRunner(server.make_app(), access_log=None,
                                handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()

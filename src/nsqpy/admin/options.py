@@ -54,6 +54,9 @@ def build_flagset() -> FlagSet:
              "graphite (nsqpy; 0 = off, as upstream)", kind="duration", extension=True),
         Flag("live-history", 3600.0, "how much live history to keep in memory (nsqpy)",
              kind="duration", extension=True),
+        Flag("nsqd-auth-secret", "", "secret sent to nsqd and nsqlookupd as 'Authorization: "
+             "Bearer' (nsqpy; for nsqd with --auth-http-address and --http-auth-required)",
+             extension=True),
         Flag("lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)",
              kind="list", cfg="nsqlookupd_http_addresses"),
         Flag("nsqd-http-address", [], "nsqd HTTP address (may be given multiple times)",
@@ -99,6 +102,7 @@ class Options:
     nsqd_http_address: list[str] = field(default_factory=list)
     admin_user: list[str] = field(default_factory=list)
     metrics: bool = True
+    nsqd_auth_secret: str = ""  # nsqpy: sent to nsqd as Authorization: Bearer
 
 
 def normalize_base_path(p: str) -> str:

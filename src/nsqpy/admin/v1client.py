@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from ..client.httpauth import bearer, refusal
 from ..common.addr import join_host_port
 from ..common.goerrno import path_error
 from ..protocol.gojson import INT, GoJSONError, decode_struct, loads
@@ -121,18 +122,34 @@ def _x509_error(err: Exception) -> str:
     return f"x509: {getattr(err, 'verify_message', None) or err}"
 
 
-class V1Client:
-    """GETs and POSTs in upstream's V1 style over one aiohttp session."""
+def _auth_refusal(status: int, body: bytes) -> str | None:
+    """What nsqd's answer means when it refused the request for its secret (a 403 that is
+    nsqd's TLS_REQUIRED is not one: it sends the request to HTTPS)."""
+    if status not in (401, 403):
+        return None
+    try:
+        message = loads(body).get("message")
+    except (GoJSONError, AttributeError):
+        return None
+    return refusal(status, message) if isinstance(message, str) else None
 
-    def __init__(self, session: aiohttp.ClientSession, tls: ssl.SSLContext | None) -> None:
+
+class V1Client:
+    """GETs and POSTs in upstream's V1 style over one aiohttp session. ``secret``
+    (``--nsqd-auth-secret``) goes with every request as ``Authorization: Bearer``, for an nsqd
+    that asks for one (docs/security.md); a refusal says so instead of trying HTTPS."""
+
+    def __init__(self, session: aiohttp.ClientSession, tls: ssl.SSLContext | None,
+                 secret: str = "") -> None:
         self.session = session
         self.tls = tls
+        self.headers = {**ACCEPT_V1, **bearer(secret)}
 
     async def _request(self, method: str, url: str) -> bytes:
         while True:
             try:
                 ssl_arg: Any = self.tls if url.startswith("https:") and self.tls else True
-                async with self.session.request(method, url, headers=ACCEPT_V1,
+                async with self.session.request(method, url, headers=self.headers,
                                                 ssl=ssl_arg) as resp:
                     body = await resp.read()
                     status, reason = resp.status, resp.reason
@@ -140,6 +157,10 @@ class V1Client:
                 raise RequestError(_go_transport_error(method, url, err)) from None
             if status == 200:
                 return body
+            meaning = _auth_refusal(status, body)
+            if meaning is not None:
+                raise RequestError(f"got response {status} {reason} {go_quote(body)} - {meaning} "
+                                   "(nsqadmin --nsqd-auth-secret)")
             if status == 403 and not url.startswith("https"):
                 url = https_endpoint(url, body)
                 continue

@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Iterator
 
 import orjson
 
+from nsqpy.client.httpauth import bearer, refusal
 from nsqpy.protocol.message import MESSAGE_HEADER_SIZE, Message, decode_message
 
 EARLIEST = "earliest"
@@ -211,7 +212,9 @@ class HistoryError(Exception):
     def __init__(self, nsqd: str, status: int, message: str, what: str = "") -> None:
         self.nsqd, self.status, self.message = nsqd, status, message
         self.code = message.split(":", 1)[0].strip()
-        super().__init__(f"nsqd {nsqd}: {what + ': ' if what else ''}HTTP {status} {message}")
+        meaning = refusal(status, message)  # (an auth refusal says what it means)
+        super().__init__(f"nsqd {nsqd}: {what + ': ' if what else ''}HTTP {status} {message}"
+                         + (f" - {meaning}" if meaning else ""))
 
 
 class HistoryUnavailable(HistoryError):
@@ -265,18 +268,21 @@ def _error(nsqd: str, status: int, body: bytes, route: str) -> HistoryError:
 # blocking (Spark) ------------------------------------------------------------------------------
 
 
-def _open(url: str, nsqd: str, route: str, timeout: float) -> Any:
+def _open(url: str, nsqd: str, route: str, timeout: float, secret: str | None) -> Any:
     try:
-        return urllib.request.urlopen(urllib.request.Request(url), timeout=timeout)
+        return urllib.request.urlopen(urllib.request.Request(url, headers=bearer(secret)),
+                                      timeout=timeout)
     except urllib.error.HTTPError as err:
         raise _error(nsqd, err.code, err.read(), route) from None
 
 
 def fetch_segments(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
-                   timeout: float = 10.0) -> TopicHistory:
-    """``/history/segments`` on one nsqd (blocking). HistoryUnavailable / HistoryError / OSError."""
+                   timeout: float = 10.0, secret: str | None = None) -> TopicHistory:
+    """``/history/segments`` on one nsqd (blocking). HistoryUnavailable / HistoryError / OSError.
+    ``secret``: for an nsqd with an auth server (sent as ``Authorization: Bearer``)."""
     base = http_base(nsqd)
-    with _open(segments_url(base, topic, start, end), base, "/history/segments", timeout) as resp:
+    with _open(segments_url(base, topic, start, end), base, "/history/segments", timeout,
+               secret) as resp:
         doc = orjson.loads(resp.read())
     if isinstance(doc, dict) and "segments" not in doc and isinstance(doc.get("data"), dict):
         doc = doc["data"]  # the pre-1.0 envelope, if nsqd was asked for it
@@ -284,10 +290,12 @@ def fetch_segments(nsqd: str, topic: str, start: Point | None = None, end: Point
 
 
 def stream_chunks(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
-                  segment: int | None = None, chunk: int = 1 << 20, timeout: float = 60.0) -> Iterator[bytes]:
+                  segment: int | None = None, chunk: int = 1 << 20, timeout: float = 60.0,
+                  secret: str | None = None) -> Iterator[bytes]:
     """The raw bytes of ``/history/read`` (blocking), as they arrive."""
     base = http_base(nsqd)
-    with _open(read_url(base, topic, start, end, segment), base, "/history/read", timeout) as resp:
+    with _open(read_url(base, topic, start, end, segment), base, "/history/read", timeout,
+               secret) as resp:
         while True:
             data = resp.read1(chunk)
             if not data:
@@ -296,10 +304,11 @@ def stream_chunks(nsqd: str, topic: str, start: Point | None = None, end: Point 
 
 
 def read_messages(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
-                  segment: int | None = None, timeout: float = 60.0) -> Iterator[Message]:
+                  segment: int | None = None, timeout: float = 60.0,
+                  secret: str | None = None) -> Iterator[Message]:
     """The messages of a range on one nsqd, in log order (blocking)."""
     splitter = RecordSplitter()
-    for data in stream_chunks(nsqd, topic, start, end, segment, timeout=timeout):
+    for data in stream_chunks(nsqd, topic, start, end, segment, timeout=timeout, secret=secret):
         splitter.feed(data)
         yield from splitter.messages()
     splitter.close()
@@ -309,10 +318,10 @@ def read_messages(nsqd: str, topic: str, start: Point | None = None, end: Point 
 
 
 async def afetch_segments(session: Any, nsqd: str, topic: str, start: Point | None = None,
-                          end: Point | None = None) -> TopicHistory:
+                          end: Point | None = None, secret: str | None = None) -> TopicHistory:
     """``/history/segments`` with an ``aiohttp.ClientSession``."""
     base = http_base(nsqd)
-    async with session.get(segments_url(base, topic, start, end)) as resp:
+    async with session.get(segments_url(base, topic, start, end), headers=bearer(secret)) as resp:
         body = await resp.read()
         if resp.status != 200:
             raise _error(base, resp.status, body, "/history/segments")
@@ -323,11 +332,13 @@ async def afetch_segments(session: Any, nsqd: str, topic: str, start: Point | No
 
 
 async def aread_messages(session: Any, nsqd: str, topic: str, start: Point | None = None,
-                         end: Point | None = None, segment: int | None = None) -> AsyncIterator[list[Message]]:
+                         end: Point | None = None, segment: int | None = None,
+                         secret: str | None = None) -> AsyncIterator[list[Message]]:
     """The messages of a range on one nsqd, a list per network read (aiohttp)."""
     base = http_base(nsqd)
     splitter = RecordSplitter()
-    async with session.get(read_url(base, topic, start, end, segment)) as resp:
+    async with session.get(read_url(base, topic, start, end, segment),
+                           headers=bearer(secret)) as resp:
         if resp.status != 200:
             raise _error(base, resp.status, await resp.read(), "/history/read")
         async for data in resp.content.iter_any():

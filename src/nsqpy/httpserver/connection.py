@@ -405,6 +405,13 @@ class HTTPConnection(asyncio.Protocol):
                 self._pump()
                 self._check_skip(req)
             return
+        elif mode == STREAM and self.running is req:
+            # a streaming handler awaiting before it hands its reader (an auth answer): the
+            # piece waits for the reader (reading is paused meanwhile, so this is one slice)
+            if req.parts is None:
+                req.parts = []
+            req.parts.append(chunk)
+            return
         # body the handler does not read
         req.skipped += n
         self._check_skip(req)
@@ -568,15 +575,23 @@ class HTTPConnection(asyncio.Protocol):
 
     def _async_done(self, req: Request, future: "asyncio.Future[Any]") -> None:
         self.running = None
+        reader = None
         try:
-            req.response = future.result()
-            req.phase = _ANSWERED
+            result = future.result()
         except Exception as err:
             self.server.handler_failed(req, err)
             self._fail(req)
+        else:
+            if type(result) is not tuple and hasattr(result, "feed"):
+                reader = result  # a streaming handler's reader, handed once it could decide
+            else:
+                req.response = result
+                req.phase = _ANSWERED
         if self.transport is None:
             return
         self._resume(_PAUSE_HANDLER)
+        if reader is not None:
+            self._start_reading(req, reader)
         self._pump()
         self._flush()
         if not self.queue and self.running is None and self.req is None:

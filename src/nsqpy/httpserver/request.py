@@ -14,7 +14,8 @@ before a byte of it is held:
   ``refuse(request)`` may answer from the headers alone (a Content-Length over the limit) so
   the body is never invited (no ``100 Continue``);
 * ``STREAM`` — the handler returns a :class:`BodyReader` that is fed each piece of the body as
-  it arrives (or a response, to refuse it), so a large body is parsed without being held.
+  it arrives (or a response, to refuse it), so a large body is parsed without being held; or an
+  awaitable of either, when it must ask something first (reading pauses until it resolves).
 
 Handlers are plain functions returning a ``(Head, body)`` response; one that must wait returns
 an awaitable instead (a Future, or a coroutine, which then gets a Task). Requests of one

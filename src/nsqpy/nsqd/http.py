@@ -51,6 +51,10 @@ from ..common.router import Router, unrouted_answer
 from ..httpserver import DRAIN, IGNORE, STREAM, Endpoint, Head, HTTPServer, Request, Response
 from ..protocol.commands import go_quote, ms_to_duration_ns
 from ..protocol.names import is_valid_name
+from .auth.needs import (
+    ADMIN, ANY_STRICT, NODE, NODE_STRICT, OPEN, PUBLISH, PUBLISH_OR_SUBSCRIBE, STATS_STRICT,
+    SUBSCRIBE, Need, applies, on_channel, on_topic,
+)
 from .hooks import PublishRefused
 from .http_mpub import BinaryMpub, TextMpub
 from .options import _TLS_VERSIONS, config_key_map, topology_set
@@ -87,7 +91,9 @@ class Route(NamedTuple):
     """A route of nsqd's API: ``handler(request)`` returns a response, an awaitable of one,
     a :class:`~nsqpy.httpserver.BodyReader` (``body=STREAM``), or raises ApiError. ``body`` is
     the :mod:`nsqpy.httpserver` body policy; ``refuse(request)`` may answer from the head
-    alone; ``logged``: upstream's ``Log`` decorator is on the route."""
+    alone; ``logged``: upstream's ``Log`` decorator is on the route. ``auth``: what the
+    caller's secret must be granted once an auth server is set (docs/security.md); a route
+    without one needs :data:`~.auth.needs.NODE`, so a new route is never open by mistake."""
 
     method: str
     path: str  # a trailing ":name" segment is a parameter, as in httprouter
@@ -95,6 +101,7 @@ class Route(NamedTuple):
     body: int = IGNORE
     logged: bool = True
     refuse: Callable[[Request], Response | None] | None = None
+    auth: Need | None = None
 
 
 class NsqdHTTP:
@@ -117,27 +124,34 @@ class NsqdHTTP:
         too_big = v1_error(413, "MSG_TOO_BIG")
         max_msg = self.max_msg
         R = Route
+        # upstream's routes: open as upstream's unless --http-auth-required (docs/security.md)
+        publish = on_topic(PUBLISH, strict=True)
+        topic_admin = on_topic(ADMIN, strict=True)
+        channel_admin = on_channel(ADMIN, strict=True)
         routes = [
-            R("GET", "/ping", self.ping),
-            R("GET", "/info", self.info),
+            R("GET", "/ping", self.ping, auth=OPEN),
+            R("GET", "/info", self.info, auth=ANY_STRICT),
             R("POST", "/pub", self.pub, max_msg + 1, logged=False,
-              refuse=lambda r: too_big if (r.content_length or 0) > max_msg else None),
-            R("POST", "/mpub", self.mpub, STREAM, logged=False),
-            R("GET", "/stats", self.stats, DRAIN),
-            R("POST", "/topic/create", self.topic_create),
-            R("POST", "/topic/delete", self.topic_delete, DRAIN),
-            R("POST", "/topic/empty", self.topic_empty, DRAIN),
-            R("POST", "/topic/pause", self.topic_pause, DRAIN),
-            R("POST", "/topic/unpause", self.topic_pause, DRAIN),
-            R("POST", "/channel/create", self.channel_create, DRAIN),
-            R("POST", "/channel/delete", self.channel_delete, DRAIN),
-            R("POST", "/channel/empty", self.channel_empty, DRAIN),
-            R("POST", "/channel/pause", self.channel_pause, DRAIN),
-            R("POST", "/channel/unpause", self.channel_pause, DRAIN),
-            R("GET", "/config/:opt", self.config),
-            R("PUT", "/config/:opt", self.config, max_msg + 1),
-            R("PUT", "/debug/setblockrate", self.set_block_rate),
-            R("POST", "/debug/freememory", self.free_memory),
+              refuse=lambda r: too_big if (r.content_length or 0) > max_msg else None,
+              auth=publish),
+            R("POST", "/mpub", self.mpub, STREAM, logged=False, auth=publish),
+            R("GET", "/stats", self.stats, DRAIN, auth=STATS_STRICT),
+            R("POST", "/topic/create", self.topic_create,
+              auth=on_topic(PUBLISH_OR_SUBSCRIBE, strict=True)),
+            R("POST", "/topic/delete", self.topic_delete, DRAIN, auth=topic_admin),
+            R("POST", "/topic/empty", self.topic_empty, DRAIN, auth=topic_admin),
+            R("POST", "/topic/pause", self.topic_pause, DRAIN, auth=topic_admin),
+            R("POST", "/topic/unpause", self.topic_pause, DRAIN, auth=topic_admin),
+            R("POST", "/channel/create", self.channel_create, DRAIN,
+              auth=on_channel(SUBSCRIBE, strict=True)),
+            R("POST", "/channel/delete", self.channel_delete, DRAIN, auth=channel_admin),
+            R("POST", "/channel/empty", self.channel_empty, DRAIN, auth=channel_admin),
+            R("POST", "/channel/pause", self.channel_pause, DRAIN, auth=channel_admin),
+            R("POST", "/channel/unpause", self.channel_pause, DRAIN, auth=channel_admin),
+            R("GET", "/config/:opt", self.config, auth=NODE_STRICT),
+            R("PUT", "/config/:opt", self.config, max_msg + 1, auth=NODE_STRICT),
+            R("PUT", "/debug/setblockrate", self.set_block_rate, auth=NODE_STRICT),
+            R("POST", "/debug/freememory", self.free_memory, auth=NODE_STRICT),
             *metrics_routes(nsqd, R),
             *(route for provider in nsqd.http_routes for route in provider(self)),  # features'
         ]
@@ -180,7 +194,11 @@ class NsqdHTTP:
         return _TLS_REQUIRED_HEAD, body
 
     def _endpoint(self, route: Route) -> Endpoint:
-        return Endpoint(self._guard(route.handler, route.logged), route.body, route.refuse)
+        handler = route.handler
+        gate = self.nsqd.http_auth  # auth.http.HttpAuth with --auth-http-address
+        if gate is not None and applies(route.auth, gate.strict):
+            handler = gate.guard(handler, route.auth or NODE, self.query)
+        return Endpoint(self._guard(handler, route.logged), route.body, route.refuse)
 
     def _guard(self, handler: Callable[[Request], Any],
                logged: bool | None) -> Callable[[Request], Any]:

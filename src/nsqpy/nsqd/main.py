@@ -17,6 +17,7 @@ import sys
 from ..common import daemon
 from ..common.flags import FlagError, FlagSet, reject_unimplemented
 from ..common.log import make_logger
+from .auth.options import auth_flags, validate_auth
 from .history.options import history_flags, validate_history
 from .leases.options import lease_flags, validate_leases
 from .lifecycle.options import lifecycle_flags, validate_lifecycle
@@ -28,7 +29,7 @@ from .stats.prometheus import metrics_flags
 def build_flagset() -> FlagSet:
     fs = upstream_flagset()
     fs.add(*replication_flags(), *metrics_flags(), *lifecycle_flags(), *lease_flags(),
-           *history_flags())
+           *history_flags(), *auth_flags())
     return fs
 
 
@@ -45,6 +46,7 @@ def parse_options(argv: list[str]) -> Options:
     validate_lifecycle(values, explicit)
     validate_leases(values)
     validate_history(values)
+    validate_auth(values)
     validate_replication(values, explicit)
     return Options(values, explicit)
 

@@ -89,7 +89,8 @@ class NSQD:
         self.lifecycle: Lifecycle = Upstream()
         self.http_routes: list[RouteProvider] = []
         self.tls_context: Any = None  # ssl.SSLContext with --tls-cert/--tls-key (v2/tls.py)
-        self.auth: Any = None  # v2.auth.AuthClient with --auth-http-address
+        self.auth: Any = None  # auth.client.AuthClient with --auth-http-address
+        self.http_auth: Any = None  # auth.http.HttpAuth with it: the HTTP routes' check
         self.replicator: Replication | None = None  # with --replicate-to (replication/origin.py)
         self.replicas: Any = None  # replication.peer.ReplicaHost with --accept-replicas
         self.leases: Any = None  # leases.registry.Leases with --leases (docs/leases.md)

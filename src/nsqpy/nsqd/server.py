@@ -52,9 +52,14 @@ class Server:
         nsqd.logger.info("%s", version_string("nsqd"))
         nsqd.logger.info("ID: %d", opts.node_id)
         if opts.auth_http_address:
-            from .v2.auth import AuthClient
+            from .auth.client import AuthClient
+            from .auth.http import HttpAuth
+            from .v2.tls import client_context, common_name
 
-            nsqd.auth = AuthClient.from_options(opts, nsqd.logger)
+            nsqd.auth = AuthClient.from_options(opts, nsqd.logger, client_context(opts))
+            if nsqd.auth is not None:
+                nsqd.http_auth = HttpAuth(nsqd.auth, opts.http_auth_required, nsqd.logger,
+                                          common_name)
         nsqd.open()
         install_lifecycle(nsqd)
         install_leases(nsqd)

@@ -58,6 +58,7 @@ class BatchConfig:
     partitions_per_segment: int
     batch_bytes: int
     timeout: float
+    auth_secret: str | None = None  # option authSecret: for nsqd with an auth server
 
     @classmethod
     def from_options(cls, raw: Any, extra_keys: set[str] = frozenset()) -> BatchConfig:  # type: ignore[assignment]
@@ -80,7 +81,8 @@ class BatchConfig:
                    segments_per_partition=opts.get_int("segmentsPerPartition", 1, 1),
                    partitions_per_segment=opts.get_int("partitionsPerSegment", 1, 1),
                    batch_bytes=opts.get_int("batchBytes", 8 << 20, 1024),
-                   timeout=opts.get_int("httpTimeoutMs", 60000, 100) / 1000.0)
+                   timeout=opts.get_int("httpTimeoutMs", 60000, 100) / 1000.0,
+                   auth_secret=opts.get("authSecret"))
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ def _http_nodes(cfg: BatchConfig) -> list[Node]:
     nodes: dict[str, Node] = {}
     for http in cfg.nsqd_http:
         try:
-            info = http_call(f"{http.rstrip('/')}/info", timeout=cfg.timeout) or {}
+            info = http_call(f"{http.rstrip('/')}/info", timeout=cfg.timeout,
+                             secret=cfg.auth_secret) or {}
         except (OSError, NsqdHttpError, ValueError) as err:
             raise RuntimeError(f"format('nsq') batch read: cannot reach nsqd {http}: {err}") from None
         host, _ = parse_address(http.split("://", 1)[1].split("/", 1)[0])
@@ -124,7 +127,8 @@ def plan(cfg: BatchConfig) -> list[HistorySlice]:
     slices: list[HistorySlice] = []
     for node in _http_nodes(cfg):
         try:
-            history = fetch_segments(node.http, cfg.topic, cfg.start, cfg.end, timeout=cfg.timeout)
+            history = fetch_segments(node.http, cfg.topic, cfg.start, cfg.end, timeout=cfg.timeout,
+                                     secret=cfg.auth_secret)
         except HistoryUnavailable as err:
             raise RuntimeError(f"format('nsq') batch read of topic {cfg.topic!r}: {err}") from None
         except HistoryError as err:
@@ -188,7 +192,7 @@ def read_slice(part: HistorySlice, cfg: BatchConfig) -> Iterator[Any]:
         splitter = RecordSplitter()
         try:
             for data in stream_chunks(part.http, part.topic, part.start, part.end, segment,
-                                      chunk=1 << 20, timeout=cfg.timeout):
+                                      chunk=1 << 20, timeout=cfg.timeout, secret=cfg.auth_secret):
                 splitter.feed(data)
                 if splitter.pending >= cfg.batch_bytes:
                     batch = _arrow(splitter, part, cfg, schema)

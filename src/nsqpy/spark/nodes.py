@@ -19,6 +19,7 @@ import orjson
 
 from nsqpy.client import NSQConnection, NSQError
 from nsqpy.client.addr import parse_address
+from nsqpy.client.httpauth import bearer, refusal
 from nsqpy.client.lookupd import ACCEPT, lookup_url
 from nsqpy.common.addr import join_host_port
 
@@ -41,16 +42,20 @@ class NsqdHttpError(Exception):
     """nsqd's HTTP API answered with an error status (``message`` is nsqd's text)."""
 
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status} {message}")
+        meaning = refusal(status, message)  # (an auth refusal says what it means: authSecret)
+        super().__init__(f"HTTP {status} {message}" + (f" - {meaning} (option authSecret)"
+                                                        if meaning else ""))
         self.status = status
         self.message = message
 
 
-def http_call(url: str, method: str = "GET", timeout: float = HTTP_TIMEOUT) -> Any:
+def http_call(url: str, method: str = "GET", timeout: float = HTTP_TIMEOUT,
+              secret: str | None = None) -> Any:
     """nsqd's JSON answer (None for an empty body); NsqdHttpError for an error status, OSError
-    when it cannot be reached."""
+    when it cannot be reached. ``secret``: the ``authSecret`` option, for an nsqd with an auth
+    server (never sent to nsqlookupd)."""
     req = urllib.request.Request(url, data=b"" if method == "POST" else None, method=method,
-                                 headers={"Accept": ACCEPT})
+                                 headers={"Accept": ACCEPT, **bearer(secret)})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             body = resp.read()
@@ -144,20 +149,22 @@ def probe(node: Node, settings: dict[str, Any]) -> tuple[bool, Node, dict[str, A
 # --- the channel on one nsqd -------------------------------------------------------------------
 
 
-def ensure_channel(node: Node, topic: str, channel: str) -> None:
+def ensure_channel(node: Node, topic: str, channel: str, secret: str | None) -> None:
     """Create the topic and the channel, so messages published from now on wait for us (a SUB
     would do it; the executors only connect once there is something to read)."""
-    http_call(f"{node.http}/topic/create?{query(topic=topic)}", "POST")
-    http_call(f"{node.http}/channel/create?{query(topic=topic, channel=channel)}", "POST")
+    http_call(f"{node.http}/topic/create?{query(topic=topic)}", "POST", secret=secret)
+    http_call(f"{node.http}/channel/create?{query(topic=topic, channel=channel)}", "POST",
+              secret=secret)
 
 
-def channel_state(node: Node, topic: str, channel: str) -> dict[str, int] | None:
+def channel_state(node: Node, topic: str, channel: str,
+                  secret: str | None) -> dict[str, int] | None:
     """``depth``, ``deferred_count``, ``in_flight_count``, ``lease_held_count`` of the channel on
     one nsqd (zeros when it does not exist), or None when nsqd cannot be read."""
     url = (f"{node.http}/stats?"
            f"{query(format='json', topic=topic, channel=channel, include_clients='false', include_mem='false')}")
     try:
-        stats = http_call(url)
+        stats = http_call(url, secret=secret)
     except (OSError, ValueError, NsqdHttpError) as err:
         log.warning("nsq source: %s/stats: %s", node.http, err)
         return None

@@ -177,12 +177,12 @@ class _Planner:
         for node in nodes:
             if node.tcp not in self.with_channel:
                 try:
-                    ensure_channel(node, cfg.topic, cfg.channel)
+                    ensure_channel(node, cfg.topic, cfg.channel, cfg.connection.get("auth_secret"))
                     self.with_channel.add(node.tcp)
                 except (OSError, NsqdHttpError) as err:
                     log.warning("nsq source: cannot create %s/%s at %s: %s", cfg.topic, cfg.channel, node.http, err)
                     continue
-            state = channel_state(node, cfg.topic, cfg.channel)
+            state = channel_state(node, cfg.topic, cfg.channel, cfg.connection.get("auth_secret"))
             if state is not None:
                 out.append((node, state))
         return out
@@ -272,7 +272,7 @@ class _Planner:
         url = f"{http}/lease/{action}?{query(group=run, upto=upto)}"
         for attempt in range(FIN_ATTEMPTS):
             try:
-                answer = http_call(url, "POST")
+                answer = http_call(url, "POST", secret=self.cfg.connection.get("auth_secret"))
                 return int((answer or {}).get("messages", 0))
             except NsqdHttpError as err:
                 if err.status == 404:
@@ -313,7 +313,8 @@ class _Planner:
         held = 0
         for http in sorted(self.hosts_of_run.get(self.run, ())):
             try:
-                doc = http_call(f"{http}/leases?{query(group=self.run)}")
+                doc = http_call(f"{http}/leases?{query(group=self.run)}",
+                                secret=self.cfg.connection.get("auth_secret"))
             except (OSError, NsqdHttpError) as err:
                 log.warning("nsq source: %s/leases: %s", http, err)
                 continue

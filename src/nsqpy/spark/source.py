@@ -69,6 +69,7 @@ from nsqpy.client import (
 )
 from nsqpy.client.addr import parse_address
 from nsqpy.client.history import parse_point
+from nsqpy.client.httpauth import bearer
 from nsqpy.common.addr import join_host_port
 from nsqpy.client.lookupd import ACCEPT, lookup_url
 from nsqpy.protocol.names import is_valid_name
@@ -325,8 +326,8 @@ class NsqStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
 # --- backlog for AvailableNow ---------------------------------------------------------------
 
 
-def _http_get_json(url: str, timeout: float = 5.0) -> Any:
-    req = urllib.request.Request(url, headers={"Accept": ACCEPT})
+def _http_get_json(url: str, timeout: float = 5.0, secret: str | None = None) -> Any:
+    req = urllib.request.Request(url, headers={"Accept": ACCEPT, **bearer(secret)})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return orjson.loads(resp.read())
 
@@ -390,7 +391,8 @@ def backlog_parts(cfg: SourceConfig, strict: bool = True) -> tuple[int, int] | N
     for base in nodes:
         try:
             # no channel filter: nsqd lists no topic at all when the channel does not exist yet
-            stats = _http_get_json(f"{base}/stats?format=json&topic={cfg.topic}")
+            stats = _http_get_json(f"{base}/stats?format=json&topic={cfg.topic}",
+                                   secret=cfg.connection.get("auth_secret"))
         except (OSError, ValueError) as err:
             log.warning("nsq source: %s/stats: %s", base, err)
             if strict:

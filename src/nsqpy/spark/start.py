@@ -42,8 +42,9 @@ def http_nodes(cfg: Any) -> tuple[list[Node], list[str]]:
     return nodes, unknown
 
 
-def channel_exists(node: Node, topic: str, channel: str) -> bool:
-    stats = http_call(f"{node.http}/stats?{query(format='json', topic=topic, channel=channel, include_clients='false')}")
+def channel_exists(node: Node, topic: str, channel: str, secret: str | None) -> bool:
+    stats = http_call(f"{node.http}/stats?{query(format='json', topic=topic, channel=channel, include_clients='false')}",
+                      secret=secret)
     if isinstance(stats, dict) and "data" in stats and "topics" not in stats:
         stats = stats["data"]
     return any(c.get("channel_name") == channel
@@ -63,7 +64,7 @@ def prepare_channel(cfg: Any) -> None:
         return  # an ephemeral channel made now would outlive a query that never connects
     for node in nodes:
         try:
-            _prepare_on(node, cfg.topic, cfg.channel, point)
+            _prepare_on(node, cfg.topic, cfg.channel, point, cfg.connection.get("auth_secret"))
         except (OSError, NsqdHttpError) as err:
             if point != LATEST:
                 raise RuntimeError(f"nsq source: cannot create {cfg.topic}/{cfg.channel} from "
@@ -71,24 +72,25 @@ def prepare_channel(cfg: Any) -> None:
             log.warning("nsq source: cannot create %s/%s at %s: %s", cfg.topic, cfg.channel, node.http, err)
 
 
-def _prepare_on(node: Node, topic: str, channel: str, point: Point) -> None:
-    if channel_exists(node, topic, channel):
+def _prepare_on(node: Node, topic: str, channel: str, point: Point, secret: str | None) -> None:
+    if channel_exists(node, topic, channel, secret):
         if point != LATEST:
             log.info("nsq source: %s/%s exists at %s: it goes on from where it is "
                      "(startingPosition only makes new channels; /channel/rewind moves one)",
                      topic, channel, node.tcp)
         return
-    http_call(f"{node.http}/topic/create?{query(topic=topic)}", "POST")
+    http_call(f"{node.http}/topic/create?{query(topic=topic)}", "POST", secret=secret)
     if point == LATEST:
-        http_call(f"{node.http}/channel/create?{query(topic=topic, channel=channel)}", "POST")
+        http_call(f"{node.http}/channel/create?{query(topic=topic, channel=channel)}", "POST",
+                  secret=secret)
         return
     try:  # upstream's /channel/create would ignore `from`: make sure this nsqd keeps history
-        fetch_segments(node.http, topic)
+        fetch_segments(node.http, topic, secret=secret)
     except HistoryUnavailable as err:
         raise RuntimeError(f"nsq source: startingPosition={format_point(point)}: {err}") from None
     except HistoryError as err:
         raise RuntimeError(f"nsq source: startingPosition={format_point(point)} for topic "
                            f"{topic!r}: {err}") from None
     http_call(f"{node.http}/channel/create?{query(topic=topic, channel=channel, **{'from': format_point(point)})}",
-              "POST")
+              "POST", secret=secret)
     log.info("nsq source: created %s/%s at %s from %s", topic, channel, node.tcp, format_point(point))

@@ -71,12 +71,14 @@ async def nodes(session: Any, o: Any, topic: str) -> list[str]:
     return out
 
 
-async def read(session: Any, o: Any, topic: str, start: Point, end: Point) -> AsyncIterator[list[Message]]:
+async def read(session: Any, o: Any, topic: str, start: Point, end: Point,
+               secret: str | None = None) -> AsyncIterator[list[Message]]:
     """The retained messages of ``topic`` in [start, end) on every nsqd, one nsqd after the
-    other (log order within each)."""
+    other (log order within each). ``secret``: the V2 one (``--consumer-opt=auth_secret,S``),
+    which an nsqd with an auth server asks for here too."""
     for base in await nodes(session, o, topic):
         try:
-            async for batch in aread_messages(session, base, topic, start, end):
+            async for batch in aread_messages(session, base, topic, start, end, secret=secret):
                 yield batch
         except HistoryUnavailable as err:
             fatal(str(err))

@@ -108,7 +108,8 @@ class Tail:
             self.done.set()
         return True
 
-    async def replay(self, o: Any, start: Any, end: Any, live: bool) -> None:
+    async def replay(self, o: Any, start: Any, end: Any, live: bool,
+                     secret: str | None) -> None:
         """--from: print each topic's history, then (``live``) the live messages held meanwhile,
         without those the history already showed (same id)."""
         recent: set[bytes] = set()
@@ -117,7 +118,7 @@ class Tail:
         async with common.http_session(5.0, 3600.0) as session:
             for topic in o.topic:
                 prefix = topic.encode() + b" | " if self.print_topic else b""
-                async for batch in history.read(session, o, topic, start, end):
+                async for batch in history.read(session, o, topic, start, end, secret):
                     for msg in batch:
                         if not self.show(prefix, msg.body):
                             break
@@ -171,7 +172,7 @@ async def _main(o: Any, cfg: GoNsqConfig) -> int:
         except common.StartError as err:
             fatal(str(err))
     if replay is not None:
-        await tail.replay(o, replay[0], replay[1], live)
+        await tail.replay(o, replay[0], replay[1], live, cfg.conn.get("auth_secret"))
     await done.wait()
     if tail.broken or tail.reached:
         # upstream exits on the spot here, saying nothing more: hand back what is in flight

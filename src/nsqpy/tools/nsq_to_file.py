@@ -577,7 +577,8 @@ async def export_history(opts: Any, go_cfg: GoNsqConfig, logger: Any, start: Any
             fl = FileLogger(opts, topic, go_cfg, logger)
             fl._message_time = 0
             count = 0
-            async for batch in history.read(session, opts, topic, start, end):
+            async for batch in history.read(session, opts, topic, start, end,
+                                            go_cfg.conn.get("auth_secret")):
                 fl._incoming.extend(_Retained(m.body, m.timestamp) for m in batch)  # type: ignore[misc]
                 count += len(batch)
                 fl._write_incoming()

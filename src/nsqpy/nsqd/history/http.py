@@ -16,6 +16,7 @@ from ...common.http_api import v1_error, v1_json
 from ...httpserver import Request
 from ...protocol.names import is_ephemeral, is_valid_name
 from ...httpserver import DRAIN
+from ..auth.needs import SUBSCRIBE, on_channel, on_channel_unless, on_topic
 from ..http import EMPTY, Route
 from .log import Cursor, Log
 from .points import EARLIEST, LATEST, parse_point, rfc3339
@@ -158,11 +159,15 @@ def history_routes(api: "NsqdHTTP") -> list[Route]:
                              "caught up" if channel.feeder is None else "under way")
         return EMPTY
 
+    # with an auth server: subscribe on the topic (channel) read or moved (docs/security.md)
+    reads = on_topic(SUBSCRIBE)
     return [
-        Route("GET", "/history/segments", _refusals(segments)),
-        Route("GET", "/history/read", _refusals(read)),
-        Route("POST", "/channel/create", _refusals(channel_create), DRAIN),
-        Route("POST", "/channel/rewind", _refusals(channel_rewind), DRAIN),
+        Route("GET", "/history/segments", _refusals(segments), auth=reads),
+        Route("GET", "/history/read", _refusals(read), auth=reads),
+        Route("POST", "/channel/create", _refusals(channel_create), DRAIN,
+              auth=on_channel_unless("from", SUBSCRIBE)),
+        Route("POST", "/channel/rewind", _refusals(channel_rewind), DRAIN,
+              auth=on_channel(SUBSCRIBE)),
     ]
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ...common.goweb import ApiError, first_value
 from ...common.http_api import v1_json
 from ...httpserver import Request
+from ..auth.needs import SUBSCRIBE, Check, each
 from ..http import Route
 from .names import is_valid_group, parse_name, parse_seq
 
@@ -50,6 +51,13 @@ def selected(leases: "Leases", query: dict[str, list[str]]) -> list["Lease"]:
     return found
 
 
+def _subscribed(found: list["Lease"]) -> list[Check]:
+    """What a secret needs to act on or list leases: subscribe on each one's topic and channel
+    (one without a channel yet holds nothing)."""
+    return [(SUBSCRIBE, lease.channel.topic_name, lease.channel.name)
+            for lease in found if lease.channel is not None]
+
+
 def lease_routes(api: "NsqdHTTP") -> list[Route]:
     leases: "Leases" = api.nsqd.leases
 
@@ -62,8 +70,7 @@ def lease_routes(api: "NsqdHTTP") -> list[Route]:
             return v1_json({"leases": len(found), "messages": messages})
         return handler
 
-    def listing(request: Request) -> Any:
-        query = api.query(request)
+    def listed(query: dict[str, list[str]]) -> list[tuple["Lease", dict[str, Any]]]:
         group = first_value(query, "group")
         topic = first_value(query, "topic")
         channel = first_value(query, "channel")
@@ -74,12 +81,18 @@ def lease_routes(api: "NsqdHTTP") -> list[Route]:
             if ((group is None or lease.parts[0] == group)
                     and (topic is None or doc["topic"] == topic)
                     and (channel is None or doc["channel"] == channel)):
-                out.append(doc)
-        return v1_json({"leases": out})
+                out.append((lease, doc))
+        return out
 
+    def listing(request: Request) -> Any:
+        return v1_json({"leases": [doc for _, doc in listed(api.query(request))]})
+
+    # with an auth server: subscribe on every lease a call acts on or lists (docs/security.md)
+    named = each(lambda query: _subscribed(selected(leases, query)))
     return [
-        Route("POST", "/lease/fin", action(leases.finish)),
-        Route("POST", "/lease/requeue", action(leases.requeue)),
-        Route("POST", "/lease/touch", action(leases.renew)),
-        Route("GET", "/leases", listing),
+        Route("POST", "/lease/fin", action(leases.finish), auth=named),
+        Route("POST", "/lease/requeue", action(leases.requeue), auth=named),
+        Route("POST", "/lease/touch", action(leases.renew), auth=named),
+        Route("GET", "/leases", listing,
+              auth=each(lambda query: _subscribed([lease for lease, _ in listed(query)]))),
     ]

@@ -20,6 +20,7 @@ from ...common.goweb import ApiError, first_value
 from ...common.http_api import v1_json
 from ...httpserver import Request
 from .drain import start_drain
+from ..auth.needs import ADMIN, NODE, SUBSCRIBE, on_channel, on_topic
 from ..http import EMPTY, Route
 from .peek import MAX_PEEK, STATES, peek_channel, peek_topic
 
@@ -99,12 +100,16 @@ def lifecycle_routes(api: "NsqdHTTP") -> list[Route]:
         return EMPTY
 
     body = MAX_CONFIG_BODY + 1  # a settings update is read whole, at most this much
+    # with an auth server (docs/security.md): peeks return bodies, a settings change can drop
+    # or move messages (TTL, attempts, dead letters), a drain stops the node; reading the
+    # settings is asked only with --http-auth-required, as upstream's reads
     return [
-        Route("GET", "/topic/config", topic_config),
-        Route("POST", "/topic/config", topic_config, body),
-        Route("GET", "/channel/config", channel_config),
-        Route("POST", "/channel/config", channel_config, body),
-        Route("GET", "/topic/peek", topic_peek),
-        Route("GET", "/channel/peek", channel_peek),
-        Route("POST", "/drain", drain),
+        Route("GET", "/topic/config", topic_config, auth=on_topic(SUBSCRIBE, strict=True)),
+        Route("POST", "/topic/config", topic_config, body, auth=on_topic(ADMIN)),
+        Route("GET", "/channel/config", channel_config,
+              auth=on_channel(SUBSCRIBE, strict=True)),
+        Route("POST", "/channel/config", channel_config, body, auth=on_channel(ADMIN)),
+        Route("GET", "/topic/peek", topic_peek, auth=on_topic(SUBSCRIBE)),
+        Route("GET", "/channel/peek", channel_peek, auth=on_channel(SUBSCRIBE)),
+        Route("POST", "/drain", drain, auth=NODE),
     ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...common.addr import split_host_port
 from ...common.goweb import first_value
 from ...common.http_api import v1_error, v1_json
+from ..auth.needs import NODE
 from ..http import Route
 
 if TYPE_CHECKING:
@@ -103,4 +104,4 @@ def adopt_routes(api: Any) -> list[Route]:
     def adopt(request: Any) -> Any:
         return adopt_request(api.nsqd, first_value(api.query(request), "origin"))
 
-    return [Route("POST", "/replication/adopt", adopt)]
+    return [Route("POST", "/replication/adopt", adopt, auth=NODE)]  # (docs/security.md)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ... import NSQ_COMPAT_VERSION
 from ...common.flags import Flag, extensions
 from ...common.prometheus import CONTENT_TYPE, Exposition, Family, labels, process_metrics
+from ..auth.needs import NODE_STRICT
 from . import snapshot as nsq_stats
 
 if TYPE_CHECKING:
@@ -240,4 +241,4 @@ def routes(nsqd: "NSQD", route: Callable[..., Any]) -> list[Any]:
     def metrics(request: Any) -> tuple[Head, bytes]:
         return head, render(nsqd)
 
-    return [route("GET", "/metrics", metrics)]
+    return [route("GET", "/metrics", metrics, auth=NODE_STRICT)]  # (docs/security.md)

@@ -18,7 +18,7 @@ from ...protocol.gojson import (
 from ...protocol.errors import E_BAD_BODY, FatalError
 
 if TYPE_CHECKING:
-    from .auth import AuthState
+    from ..auth.client import AuthState
     from ..channel import Channel
     from ..options import Options
     from .tls import TLSInfo

@@ -42,7 +42,7 @@ from ...common.goweb import go_json
 from ..options import topology_set
 
 if TYPE_CHECKING:
-    from .auth import AuthState
+    from ..auth.client import AuthState
     from ..nsqd import NSQD
 
 #: the topic and channel an auth server must open to an origin for ``RSUB`` (docs/replication.md)

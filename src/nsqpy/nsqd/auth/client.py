@@ -1,4 +1,5 @@
-"""AUTH against an external auth server (reference §1.5, §6; upstream ``internal/auth``).
+"""The auth-server client (reference §1.5, §6; upstream ``internal/auth``), shared by V2's
+``AUTH`` and the HTTP API's check (:mod:`.http`).
 
 nsqd asks the servers given by ``--auth-http-address`` (tried in a random rotation, the first
 success wins) what a client's secret may do, and caches the answer for its ``ttl`` seconds:
@@ -74,6 +75,12 @@ class AuthState:
 
     def expired(self) -> bool:
         return self.expires < time.monotonic()
+
+    def may_read_topic(self, topic: str) -> bool:
+        """A read of the whole topic over HTTP (history, peek): a ``subscribe`` grant on it for
+        some channel, as every channel of a topic receives all of it (docs/security.md)."""
+        return any(a.subscribe and a.channels and a.topic.match_string(topic)
+                   for a in self.authorizations)
 
     def allows(self, topic: str, channel: str) -> bool:
         key = (topic, channel)
@@ -164,15 +171,16 @@ class AuthClient:
         self._session: Any = None
 
     @classmethod
-    def from_options(cls, opts: Any, logger: logging.Logger) -> "AuthClient | None":
+    def from_options(cls, opts: Any, logger: logging.Logger,
+                     ssl_context: Any) -> "AuthClient | None":
+        """``ssl_context``: for auth servers over HTTPS (the server builds it from nsqd's TLS
+        flags, ``v2/tls.client_context``)."""
         addresses = [a for a in opts.auth_http_address if a]
         if not addresses:
             return None
         goregexp.require()  # RegexpUnavailable (a start-up error): grants need Go's semantics
-        from .tls import client_context
-
         return cls(addresses, opts.auth_http_request_method, opts.http_client_connect_timeout,
-                   opts.http_client_request_timeout, client_context(opts), logger)
+                   opts.http_client_request_timeout, ssl_context, logger)
 
     def _get_session(self) -> Any:
         if self._session is None:
