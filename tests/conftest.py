@@ -9,7 +9,7 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from helpers import groups, upstream
+from helpers import groups, powercut, upstream
 from helpers.servers import Nsqd
 
 # Every JVM the tests start (Spark sessions, drivers, a standalone master, worker and executors,
@@ -69,6 +69,26 @@ def nsqd_factory(tmp_path):
     yield start
     for node in started:
         node.stop_all()  # and the nodes a test's restart() made from it
+
+
+@pytest.fixture
+def power_cut_fs(tmp_path):
+    """Make simulated disks that a power cut can hit (``helpers.powercut.PowerCutFS``):
+    ``power_cut_fs(mode="journal" | "strict")``; every mount is stopped at the end (stop the
+    programs on it first). Skips when ``/dev/fuse`` cannot be used."""
+    reason = powercut.usable()
+    if reason:
+        pytest.skip(reason)
+    made: list[powercut.PowerCutFS] = []
+
+    def make(mode: str = "journal") -> powercut.PowerCutFS:
+        fs = powercut.PowerCutFS(tmp_path / f"fs{len(made)}", mode)
+        made.append(fs)
+        return fs
+
+    yield make
+    for fs in made:
+        fs.stop()
 
 
 @pytest.fixture
