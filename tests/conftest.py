@@ -92,6 +92,24 @@ def power_cut_fs(tmp_path):
 
 
 @pytest.fixture
+def power_cut_nsqd(power_cut_fs, tmp_path):
+    """Start nsqd processes whose data path is on a power-cut disk each
+    (``helpers.power_loss.PowerCutNsqd``); each is stopped, then its disk, at the end."""
+    from helpers.power_loss import PowerCutNsqd
+
+    made: list = []
+
+    def start(*flags: str, mode: str = "journal") -> PowerCutNsqd:
+        node = PowerCutNsqd(power_cut_fs(mode), tmp_path / f"nsqd_on_fs{len(made)}", *flags)
+        made.append(node)
+        return node
+
+    yield start
+    for node in made:
+        node.close()
+
+
+@pytest.fixture
 def nsqd(nsqd_factory):
     return nsqd_factory()
 
