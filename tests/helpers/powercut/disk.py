@@ -353,11 +353,15 @@ class Disk:
         os.ftruncate(fd, size)
         return size
 
+    def unsynced_files(self) -> int:
+        """Files whose data or size differs from the image's."""
+        return sum(1 for n in self.nodes.values() if n.dirty or n.valid != n.size)
+
     def sync_all(self) -> None:
         """A clean shutdown: everything reaches the image."""
         self._check_power()
         for node in list(self.nodes.values()):
-            if node.dirty or node.valid != node.size:
+            if node.dirty or node.valid != node.size:  # (a directory has neither)
                 self._flush(node, node.dirty, node.size)
         self._commit_all()
 

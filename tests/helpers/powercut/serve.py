@@ -180,7 +180,7 @@ def _control(server: socket.socket, disk: Disk, lock: threading.Lock) -> None:
                             answer = {}
                         else:
                             answer = {"nodes": len(disk.nodes), "powered": disk.powered,
-                                      **disk.counts}
+                                      "unsynced_files": disk.unsynced_files(), **disk.counts}
                     except OSError as err:
                         answer = {"error": str(err)}
                 stream.write(json.dumps(answer).encode() + b"\n")
