@@ -9,7 +9,7 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from helpers import groups, upstream
+from helpers import groups, powercut, upstream
 from helpers.servers import Nsqd
 
 # Every JVM the tests start (Spark sessions, drivers, a standalone master, worker and executors,
@@ -69,6 +69,44 @@ def nsqd_factory(tmp_path):
     yield start
     for node in started:
         node.stop_all()  # and the nodes a test's restart() made from it
+
+
+@pytest.fixture
+def power_cut_fs(tmp_path):
+    """Make simulated disks that a power cut can hit (``helpers.powercut.PowerCutFS``):
+    ``power_cut_fs(mode="journal" | "strict")``; every mount is stopped at the end (stop the
+    programs on it first). Skips when ``/dev/fuse`` cannot be used."""
+    reason = powercut.usable()
+    if reason:
+        pytest.skip(reason)
+    made: list[powercut.PowerCutFS] = []
+
+    def make(mode: str = "journal") -> powercut.PowerCutFS:
+        fs = powercut.PowerCutFS(tmp_path / f"fs{len(made)}", mode)
+        made.append(fs)
+        return fs
+
+    yield make
+    for fs in made:
+        fs.stop()
+
+
+@pytest.fixture
+def power_cut_nsqd(power_cut_fs, tmp_path):
+    """Start nsqd processes whose data path is on a power-cut disk each
+    (``helpers.power_loss.PowerCutNsqd``); each is stopped, then its disk, at the end."""
+    from helpers.power_loss import PowerCutNsqd
+
+    made: list = []
+
+    def start(*flags: str, mode: str = "journal") -> PowerCutNsqd:
+        node = PowerCutNsqd(power_cut_fs(mode), tmp_path / f"nsqd_on_fs{len(made)}", *flags)
+        made.append(node)
+        return node
+
+    yield start
+    for node in made:
+        node.close()
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ a new test file lands in the right group by where it lives and what it uses.
 Groups (docs/testing.md says the same for developers placing a new test):
 
 - ``spark``: everything under tests/spark (JVMs).
-- ``chaos``: modules that use the chaos helpers (helpers.chaos, helpers.chaos_pair).
+- ``chaos``: modules that use the chaos helpers (helpers.chaos, helpers.chaos_pair) or cut the
+  power under nsqd (``test_*power_loss*.py``, helpers.power_loss).
 - ``browser``: modules that drive Chromium through Playwright.
 - ``bench``: modules named ``test_*bench*.py`` (benchmarks written as tests).
 - ``ports``: tests that bind the default ports 4150/4151/4160/4161/4171 (a ``make run``-like
@@ -50,6 +51,7 @@ ID_RULES: list[tuple[str, str]] = [
     ("*/test_*bench*.py::*", "bench"),
     ("*/test_footprint*.py::*", "serial"),
     ("*/test_*chaos*.py::*", "chaos"),
+    ("*/test_*power_loss*.py::*", "chaos"),  # nsqd on the power-cut FUSE disk, many publishers
     # timing measured tightly: a busy neighbour on the 2 cores makes them fail
     ("nsqd/stats/test_statsd_format.py::test_a_stall_does_not_turn_into_a_burst", "serial"),
     ("security/test_limits.py::test_deflate_bomb_is_inflated_step_by_step", "serial"),
@@ -66,7 +68,7 @@ ID_RULES: list[tuple[str, str]] = [
 
 # (regular expression on the module's source, group), for tests no id rule placed.
 SOURCE_RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"^\s*(from|import) helpers\.(chaos|chaos_pair)\b", re.M), "chaos"),
+    (re.compile(r"^\s*(from|import) helpers\.(chaos|chaos_pair|power_loss)\b", re.M), "chaos"),
     (re.compile(r"\bplaywright\b|\bbrowser_util import\b", re.M), "browser"),
     (re.compile(r"nsqpy-dev|\bdevcluster\b"), "ports"),
 ]

@@ -236,7 +236,10 @@ class Log:
         self.saved: dict[str, dict[str, int]] = {}
         self._saved_text = b""
         self.closed = False
-        os.makedirs(self.dir, exist_ok=True)
+        if not os.path.isdir(self.dir):
+            os.makedirs(self.dir, exist_ok=True)
+            if self.sync_every <= 1:  # the log's name is on disk before its first OK (POSIX:
+                self._fsync_dir(data_path)  # a new entry needs its directory fsynced)
         self._load()
         self._load_replays()
 
@@ -372,8 +375,8 @@ class Log:
 
         self.executor.submit(sync)
 
-    def _fsync_dir(self) -> None:
-        fd = os.open(self.dir, os.O_RDONLY)
+    def _fsync_dir(self, path: str | None = None) -> None:
+        fd = os.open(path or self.dir, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

@@ -1,0 +1,210 @@
+"""An nsqd whose data path is on a disk that loses power (helpers.powercut), and the checks of
+what a power cut may take: used by the power-loss tests of the disk queue, the history and the
+replication peer.
+
+A round: publishers (helpers.chaos: TCP PUB, MPUB, DPUB, HTTP /pub, /mpub, several of each kind
+at once) run until a seeded number of publishes was acknowledged; then the power goes: nsqd is
+killed with SIGKILL, the disk drops what was not fsynced (a seeded half of the cuts also tear a
+page), the machine comes back on what survived and nsqd starts again on the same data path, ports
+and flags. The tests then read what nsqd kept and hold it against what was acknowledged.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from pathlib import Path
+
+from helpers.chaos import HttpPublisher, TcpPublisher
+from helpers.polling import wait_for
+from helpers.powercut import PowerCutFS
+from helpers.servers import Nsqd
+
+#: a published body: ``<tag>-<7-digit sequence number>``, the tag naming round and publisher
+BODY = re.compile(rb"(r\d+[a-z]+\d+)-(\d{7})")
+
+
+class PowerCutNsqd:
+    """nsqd with ``--data-path`` on a power-cut disk; its log stays off that disk (``where``)."""
+
+    def __init__(self, fs: PowerCutFS, where: Path, *flags: str) -> None:
+        self.fs = fs
+        self.where = where
+        self.flags = flags
+        root = fs.mount()
+        self.data = root / "data"
+        self.data.mkdir()
+        fs.sync()  # the empty data path is on the disk before nsqd starts
+        self.node: Nsqd | None = Nsqd(where, f"--data-path={self.data}", *flags)
+        self.log_seen = 0
+
+    @property
+    def tcp_address(self) -> str:
+        return self.node.tcp_address
+
+    @property
+    def http_address(self) -> str:
+        return self.node.http_address
+
+    def power_cut(self, tear: bool, seed: int) -> dict:
+        """The power goes: nsqd dies on the spot, the disk keeps only what was made durable."""
+        self.node.kill9()
+        return self.fs.cut(tear=tear, seed=seed)
+
+    def power_on(self) -> None:
+        """The machine comes back: the disk is mounted as it survived and nsqd starts on it."""
+        self.log_seen = len(self.node.log())
+        self.fs.mount()
+        self.node = self.node.restart(f"--data-path={self.data}", *self.flags)
+
+    def log_since_power_on(self) -> str:
+        return self.node.log()[self.log_seen:]
+
+    def close(self) -> None:
+        """Stop nsqd (by PID), then the disk, cleanly."""
+        if self.node is not None:
+            self.node.stop_all()
+        self.fs.stop()
+
+
+KINDS = ("pub", "mpub", "dpub", "hpub", "hmpub")
+
+
+def publishers(node: PowerCutNsqd, topic: str, round_no: int, per_kind: int,
+               kinds: tuple[str, ...] = KINDS) -> list:
+    """``per_kind`` publishers of each kind, as fast as nsqd answers: TCP ``pub``, ``mpub`` (of
+    5), ``dpub`` (100 ms), HTTP ``hpub`` (/pub) and ``hmpub`` (/mpub of 3)."""
+    tcp, http = node.tcp_address, node.http_address
+    make = {"pub": lambda tag: TcpPublisher(tcp, topic, tag, pause=0),
+            "mpub": lambda tag: TcpPublisher(tcp, topic, tag, batch=5, pause=0),
+            "dpub": lambda tag: TcpPublisher(tcp, topic, tag, defer_ms=100, pause=0),
+            "hpub": lambda tag: HttpPublisher(http, topic, tag, pause=0),
+            "hmpub": lambda tag: HttpPublisher(http, topic, tag, batch=3, pause=0)}
+    return [make[kind](f"r{round_no}{kind}{k}") for k in range(per_kind) for kind in kinds]
+
+
+def run_until_cut(node: PowerCutNsqd, pubs: list, rng: random.Random, low: int, high: int,
+                  tear: bool) -> dict:
+    """Start the publishers, cut the power (``tear``: tearing pages) once a seeded number in
+    ``[low, high]`` of their publishes was acknowledged, stop them. Returns the cut's report."""
+    target = rng.randint(low, high)
+    seed = rng.randrange(1 << 32)
+    for p in pubs:
+        p.start()
+    wait_for(lambda: sum(len(p.acked) for p in pubs) >= target, 120,
+             f"{target} acknowledged publishes")
+    report = node.power_cut(tear, seed)
+    for p in pubs:
+        p.stop.set()
+    for p in pubs:
+        p.join(30)
+    return {**report, "tear": tear, "seed": seed, "target": target}
+
+
+def cut_round(node: PowerCutNsqd, pubs: list, rng: random.Random, low: int, high: int,
+              tear: bool) -> dict:
+    """:func:`run_until_cut`, then the power back on; nsqd must start without a traceback."""
+    report = run_until_cut(node, pubs, rng, low, high, tear)
+    node.power_on()
+    no_tracebacks(node.log_since_power_on())
+    return report
+
+
+def publish_then_idle(node: PowerCutNsqd, topic: str, round_no: int,
+                      kinds: tuple[str, ...] = KINDS) -> list:
+    """One publisher of each kind until 100 publishes were acknowledged, then nothing until
+    the disk holds no unsynced data: what ``--sync-timeout`` promises to make durable."""
+    pubs = publishers(node, topic, round_no, per_kind=1, kinds=kinds)
+    for p in pubs:
+        p.start()
+    wait_for(lambda: sum(len(p.acked) for p in pubs) >= 100, 60, "100 early publishes")
+    for p in pubs:
+        p.stop.set()
+        p.join(30)
+    wait_for(lambda: node.fs.stats()["unsynced_files"] == 0, 15,
+             "nsqd's --sync-timeout fsync of what was published")
+    return pubs
+
+
+def acked(pubs: list) -> list[bytes]:
+    return [body for p in pubs for body in p.acked]
+
+
+def lost(pubs: list, kept: list[bytes]) -> list[bytes]:
+    """The acknowledged bodies not in ``kept``."""
+    have = set(kept)
+    return [b for b in acked(pubs) if b not in have]
+
+
+def check_kept(pubs: list, kept: list[bytes], *, complete: bool = True,
+               exactly_once: bool = True, torn: int = 0, torn_acked: bool = False) -> None:
+    """What nsqd kept against what ``pubs`` (all the round's publishers) sent: with
+    ``complete`` every acknowledged body; with ``exactly_once`` none twice; no body that was
+    never sent, but for at most ``torn`` torn copies (the body's first bytes, then zeros: a
+    record whose page was torn by the cut and read as a message) of bodies never acknowledged
+    (``torn_acked``: or acknowledged, when the cut may take acknowledged ones)."""
+    if complete:
+        missing = lost(pubs, kept)
+        assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
+    counts = Counter(kept)
+    sent = {p.tag: p.n for p in pubs}
+    strange = [b for b in counts if not _was_sent(b, sent)]
+    if strange:
+        yes = set(acked(pubs))
+        originals = [b"%s-%07d" % (p.tag.encode(), i) for p in pubs for i in range(p.n)]
+        originals = [b for b in originals if torn_acked or b not in yes]
+        copies = [b for b in strange if _torn_copy(b, originals)]
+        assert copies == strange and len(copies) <= torn, \
+            f"{len(strange)} messages nobody sent ({torn} torn copies allowed), e.g. {strange[:5]}"
+    if exactly_once:
+        twice = [b for b, n in counts.items() if n > 1]
+        assert not twice, f"{len(twice)} messages kept twice, e.g. {twice[:5]}"
+
+
+def _was_sent(body: bytes, sent: dict[str, int]) -> bool:
+    m = BODY.fullmatch(body)
+    return m is not None and int(m.group(2)) < sent.get(m.group(1).decode(), 0)
+
+
+def _torn_copy(body: bytes, originals: list[bytes]) -> bool:
+    head = body.rstrip(b"\0")
+    return any(len(o) == len(body) and o.startswith(head) for o in originals)
+
+
+def check_prefixes(pubs: list, kept: list[bytes]) -> None:
+    """What survives of each publisher is a prefix of what it sent (``--sync-every=N``: a log
+    synced from its start up to some point, no holes): an acknowledged body is missing only if
+    every later body of the same publisher is missing too. Only after a cut that tore nothing:
+    a torn writeback may keep the first pages of a new file and not the last of the one before,
+    which nothing fsynced, as a real disk may."""
+    have = set(kept)
+    for p in pubs:
+        bodies = [b"%s-%07d" % (p.tag.encode(), i) for i in range(p.n)]
+        present = [b in have for b in bodies]
+        first_gap = present.index(False) if False in present else len(present)
+        after = [b for b, ok in zip(bodies[first_gap:], present[first_gap:]) if ok]
+        assert not after, (f"{p.tag}: a hole: {bodies[first_gap]!r} lost but {len(after)} "
+                           f"later ones kept, e.g. {after[:3]}")
+
+
+def bad_files(data: Path) -> set[str]:
+    """The files nsqd moved aside as ``.bad`` (the disk queue does with a torn record)."""
+    return {str(p.relative_to(data)) for p in data.rglob("*.bad")}
+
+
+def no_tracebacks(log: str) -> None:
+    assert "Traceback" not in log, log[-3000:]
+
+
+def wait_persisted(node: PowerCutNsqd, *names: str) -> None:
+    """Topics and channels made before the rounds are in nsqd.dat (written off the event loop,
+    after the create was answered: docs/operations.md)."""
+    path = node.data / "nsqd.dat"
+    wait_for(lambda: path.exists() and all(n in path.read_text() for n in names), 20,
+             f"nsqd.dat to list {names}")
+
+
+__all__ = ["PowerCutNsqd", "acked", "bad_files", "check_kept", "check_prefixes", "cut_round",
+           "lost", "no_tracebacks", "publish_then_idle", "publishers", "run_until_cut",
+           "wait_persisted"]
