@@ -208,6 +208,42 @@ def test_both_killed_the_peer_restarts_from_its_replica_log(nsqd_factory, lookup
         b2.stop()
 
 
+def test_peer_killed_with_unacked_batches_adopts_each_message_once(nsqd_factory, lookupd):
+    """The peer killed -9 while batches were unacked (frozen first, so that some are), then
+    restarted on its data: the origin resends those batches and re-ships everything it holds in
+    the same batch, so the peer stores the unacked messages twice in one log entry. After the
+    origin dies nothing had been consumed, so each is adopted, and delivered, once
+    (docs/replication.md §6)."""
+    lk = f"--lookupd-tcp-address={lookupd.tcp_address}"
+    peer_flags = ("--accept-replicas", "--sync-every=1", "--replication-failover-timeout=2s", lk)
+    b = nsqd_factory(*peer_flags)
+    a = nsqd_factory(f"--replicate-to={b.tcp_address}", "--replication-sync-timeout=60s", lk)
+    wait_for(lambda: linked(a), what="link up")
+    topic = unique_name()
+    assert post(a, f"/channel/create?topic={topic}&channel=c") == 200
+    owed = {b"acked%02d" % i for i in range(20)}
+    Wire(a.tcp_address).mpub(topic, sorted(owed))
+    os.kill(b.pid, signal.SIGSTOP)  # a's next batches reach b's socket, never its log
+    unacked = [b"unacked%02d" % i for i in range(30)]
+    w = Wire(a.tcp_address, timeout=30)
+    for body in unacked:  # pipelined: each OK waits for the peer's copy
+        w.cmd(b"PUB", topic, body=body)
+    wait_for(lambda: get_json(a, "/stats?format=json")["replication"]["unacked_batches"] > 0,
+             what="batches shipped to the frozen peer")
+    b.kill9()
+    b2 = b.restart(*peer_flags)
+    for _ in unacked:
+        w.expect_ok()  # stored by b2: resent with the re-ship after the relink
+    owed |= set(unacked)
+    a.kill9()
+    wait_adopted(b2, topic)
+    [t] = get_json(b2, f"/stats?format=json&topic={topic}")["topics"]
+    assert t["channels"][0]["depth"] == len(owed)
+    got = asyncio.run(consume_all(lookupd, topic, owed, 30))
+    assert owed <= set(got), f"lost {len(owed - set(got))}"
+    assert len(got) == len(set(got)), "adopted twice"
+
+
 def test_adopted_messages_are_replicated_onward_in_a_chain(nsqd_factory, lookupd):
     """a -> b -> c: a dies and b adopts; b ships what it adopted to c like its own, so when b
     dies too (data directory gone) before anyone consumed, c delivers every acknowledged one."""

@@ -202,3 +202,25 @@ def test_what_a_complete_reship_leaves_out_is_handed_over_as_orphans(tmp_path):
     assert set(s2.live) == {mid(1), mid(9)} and s2.orphans == []
     s2.append(r.enc_marker(r.RESHIP_END))  # an END without a BEGIN: nothing
     assert set(s2.live) == {mid(1), mid(9)}
+
+
+def test_a_resent_batch_and_its_reship_in_one_entry_are_one_message(tmp_path):
+    """After a relink the origin resends its unacked batches and re-ships all it holds in the
+    same batch, so one log entry holds an unacked id twice: it is still one message when
+    adopted, after a replay and after its segment is compacted forward."""
+    s = ReplicaStore(str(tmp_path), segment_bytes=3000)
+    add(s, "t", "a")
+    s.append(r.enc_msg("t", mid(1), 1001, 1, 0, False, b"unacked")  # the resent batch
+             + r.enc_sync({"t": {"a"}}) + r.enc_marker(r.RESHIP_BEGIN)
+             + r.enc_msg_owed("t", mid(1), 1001, 1, 0, {"a"}, b"unacked")
+             + r.enc_marker(r.RESHIP_END))
+    assert [m.id for m, _, _, _ in s.messages()] == [mid(1)] and s.orphans == []
+    s.close()
+    s = ReplicaStore(str(tmp_path), segment_bytes=3000)
+    assert [(m.id, o) for m, o, _, _ in s.messages()] == [(mid(1), {"a"})]
+    for k in range(1, 40):  # mid(1) alone keeps the head segment: copied to the tail
+        pub(s, "t", range(k * 10, k * 10 + 10), body=b"x" * 50)
+        fin(s, "t", "a", range(k * 10, k * 10 + 10))
+    assert s.live[mid(1)][1] > 0, "not compacted"
+    assert [(m.id, m.body) for m, _, _, _ in s.messages()] == [(mid(1), b"unacked")]
+    assert s.stats()["messages"] == 1 and s.live_bytes == len(b"unacked")

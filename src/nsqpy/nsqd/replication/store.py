@@ -291,20 +291,14 @@ class ReplicaStore:
         """Copy the segment's live messages to the tail, owed sets as they are now."""
         copies: list[bytes] = []
         moved: list[bytes] = []
-        for off, payload in self._entries(seg):
-            for rec in decode_records(payload):
-                if type(rec) is not Msg:
-                    continue
-                e = self.live.get(rec.id)
-                if e is None or e[_SEG] != seg or e[_OFF] != off:
-                    continue
-                if e[_OWED] is None:
-                    copies.append(enc_msg(rec.topic, rec.id, rec.timestamp, e[_ATT], e[_DUE],
-                                          True, rec.body))
-                else:
-                    copies.append(enc_msg_owed(rec.topic, rec.id, rec.timestamp, e[_ATT],
-                                               e[_DUE], e[_OWED], rec.body))
-                moved.append(rec.id)
+        for rec, e in self._indexed(seg):
+            if e[_OWED] is None:
+                copies.append(enc_msg(rec.topic, rec.id, rec.timestamp, e[_ATT], e[_DUE],
+                                      True, rec.body))
+            else:
+                copies.append(enc_msg_owed(rec.topic, rec.id, rec.timestamp, e[_ATT],
+                                           e[_DUE], e[_OWED], rec.body))
+            moved.append(rec.id)
         if not copies:
             return
         off = self._write(b"".join(copies))
@@ -333,17 +327,27 @@ class ReplicaStore:
             wanted.setdefault(e[_SEG], set()).add(e[_OFF])
         for seg in list(self.segments):
             offs = wanted.get(seg)
-            if not offs:
+            if offs:
+                for rec, e in self._indexed(seg, offs):
+                    yield rec, e[_OWED], e[_ATT], e[_DUE]
+
+    def _indexed(self, seg: int, offs: set[int] | None = None) -> Iterator[tuple[Msg, list]]:
+        """The segment's message records the index points at (only in entries at ``offs``),
+        with their index entries, each id once. One entry can hold an id twice: after a relink
+        the origin resends its unacked batches and re-ships all it holds in the same batch, and
+        the index keeps a single place for both, so yielding every matching record would hand
+        adoption (or a compaction) the message twice."""
+        for off, payload in self._entries(seg):
+            if offs is not None and off not in offs:
                 continue
-            for off, payload in self._entries(seg):
-                if off not in offs:
+            seen: set[bytes] = set()
+            for rec in decode_records(payload):
+                if type(rec) is not Msg or rec.id in seen:
                     continue
-                for rec in decode_records(payload):
-                    if type(rec) is not Msg:
-                        continue
-                    e = self.live.get(rec.id)
-                    if e is not None and e[_SEG] == seg and e[_OFF] == off:
-                        yield rec, e[_OWED], e[_ATT], e[_DUE]
+                e = self.live.get(rec.id)
+                if e is not None and e[_SEG] == seg and e[_OFF] == off:
+                    seen.add(rec.id)
+                    yield rec, e
 
     def stats(self) -> dict:
         topics: dict[str, dict] = {}
