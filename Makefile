@@ -9,7 +9,7 @@ SPARK_MIN := 4.0.*
 VENV_MIN := .venv-spark-min
 STAMP_MIN := $(VENV_MIN)/.installed
 
-.PHONY: run test test-quick bench clean setup browser graphite prometheus wrk
+.PHONY: run test test-quick bench clean setup browser graphite prometheus golang wrk
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ prometheus:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) \
 	  || echo "prometheus not installed: the Prometheus server tests will skip"; }
 
+# Debian's Go (golang-go: Go 1.19, the Go upstream v1.3.0 was built with) for the oracle of the
+# differential tests (tests/gooracle: Go's own regexp, encoding/json and crypto/x509 answering
+# generated inputs); like chromium. Without it those tests skip.
+golang:
+	@command -v go >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null) \
+	  || echo "go not installed: the Go-oracle differential tests will skip"; }
+
 tests/js/node_modules/.installed: tests/js/package.json
 	cd tests/js && npm install --no-audit --no-fund --silent
 	touch $@
@@ -68,7 +76,7 @@ PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 PYTEST_ARGS ?=
 FLOOR_LOG := .pytest-spark-floor.log
 
-test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus
+test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus golang
 	@rc=0; export NSQPY_TEST_LOCKS=$$(mktemp -d); \
 	NSQPY_TEST_PORTS=10000-19999 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
 	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py \
