@@ -1,9 +1,9 @@
 """Go's standard library as the oracle of the differential tests: the program in tests/gooracle
 (standard library only) built with the ``go`` on this machine and spoken to in batches.
 
-nsqpy imitates Go's ``regexp`` (``common/goregexp.py``) and ``encoding/json``
-(``protocol/gojson.py``); the tests generate thousands of inputs and
-ask Go itself what it answers. The build never reaches a network (``GOPROXY=off``, module mode
+nsqpy imitates Go's ``regexp`` (``common/goregexp.py``), ``encoding/json``
+(``protocol/gojson.py``) and what ``crypto/x509`` accepts (``common/gotls.py``); the tests
+generate thousands of inputs and ask Go itself what it answers. The build never reaches a network (``GOPROXY=off``, module mode
 with no dependency) and keeps its cache in the test's temporary directory; ``make test``
 installs Debian's golang-go (Go 1.19, the Go upstream v1.3.0 was built with) when it is missing.
 One request a line, a batch ended by an empty line, the answers of the batch read back in one
