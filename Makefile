@@ -9,7 +9,7 @@ SPARK_MIN := 4.0.*
 VENV_MIN := .venv-spark-min
 STAMP_MIN := $(VENV_MIN)/.installed
 
-.PHONY: run test test-quick bench clean setup browser graphite prometheus wrk fuse
+.PHONY: run test test-pythons test-quick bench clean setup browser graphite prometheus fuse golang wrk
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,14 @@ fuse:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null) \
 	  || echo "fuse3 not installed: the power-loss tests will fail to mount"; }
 
+# Debian's Go (golang-go: Go 1.19, the Go upstream v1.3.0 was built with) for the oracle of the
+# differential tests (tests/gooracle: Go's own regexp, encoding/json and crypto/x509 answering
+# generated inputs); like chromium. Without it those tests skip.
+golang:
+	@command -v go >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null) \
+	  || echo "go not installed: the Go-oracle differential tests will skip"; }
+
 tests/js/node_modules/.installed: tests/js/package.json
 	cd tests/js && npm install --no-audit --no-fund --silent
 	touch $@
@@ -66,26 +74,37 @@ run: $(STAMP)
 
 # The suite on PYTEST_WORKERS workers (pytest-xdist): most tests wait on sockets, processes and
 # timers, not on the 2 cores. Which tests share a worker or never overlap: tests/helpers/groups.py
-# and docs/testing.md. PYTEST_ARGS narrows the main run (a path, -k ...). The Spark floor (tests/spark
-# on the oldest PySpark we allow, one process, one JVM session) runs beside the main run, on ports
-# of its own (NSQPY_TEST_PORTS) and under the same serial lock (NSQPY_TEST_LOCKS), its output kept
-# until the main run is done; either failing fails.
+# and docs/testing.md. PYTEST_ARGS narrows the main run (a path, -k ...). Beside the main run, on
+# ports of their own (NSQPY_TEST_PORTS) and under the same serial lock (NSQPY_TEST_LOCKS), their
+# output kept until the main run is done: the Spark floor (tests/spark on the oldest PySpark we
+# allow, one process, one JVM session), and the quick suite with the TLS, interop and docs tests
+# on each other CPython we claim (OTHER_PYTHONS, tests/other_pythons.sh); any failing fails.
 PYTEST_WORKERS ?= 4
-PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
+# No --dist: for any -n run tests/conftest.py installs tests/helpers/groups.py's GroupScheduling
+# (xdist's loadscope with our groups and modules as the units, longest first, serial last);
+# xdist's own `--dist loadgroup` groups nothing on pytest 9.2 (pytest-xdist#1386, docs/testing.md)
+PYTEST_XDIST = -n $(PYTEST_WORKERS)
 PYTEST_ARGS ?=
 FLOOR_LOG := .pytest-spark-floor.log
+OTHER_PYTHONS ?= 3.12 3.13
+PYTHONS_LOG := .pytest-pythons.log
 
-test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus fuse
+test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus fuse golang
 	@rc=0; export NSQPY_TEST_LOCKS=$$(mktemp -d); \
-	NSQPY_TEST_PORTS=10000-19999 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
+	NSQPY_TEST_PORTS=10000-14999 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
 	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py \
 	  --deselect tests/spark/test_history_cluster.py > $(FLOOR_LOG) 2>&1 & floor=$$!; \
-	trap 'kill $$floor 2>/dev/null' EXIT; \
+	tests/other_pythons.sh $(OTHER_PYTHONS) > $(PYTHONS_LOG) 2>&1 & pythons=$$!; \
+	trap 'kill $$floor $$pythons 2>/dev/null' EXIT; \
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS) || rc=$$?; \
-	wait $$floor || rc=$$?; trap - EXIT; \
+	wait $$floor || rc=$$?; wait $$pythons || rc=$$?; trap - EXIT; \
 	echo "== tests/spark again on PySpark $(SPARK_MIN) (the floor), run beside the above =="; \
-	cat $(FLOOR_LOG); rm -rf "$$NSQPY_TEST_LOCKS"; \
+	cat $(FLOOR_LOG); cat $(PYTHONS_LOG); rm -rf "$$NSQPY_TEST_LOCKS"; \
 	exit $$rc
+
+# The other CPythons' part of `make test` alone (tests/other_pythons.sh): make test-pythons
+test-pythons: tests/js/node_modules/.installed golang
+	tests/other_pythons.sh $(OTHER_PYTHONS)
 
 # The loop to run before every commit (< 3 min): the protocol core, the import graph, and one
 # smoke test per daemon and utility, listed in tests/quick.args.
@@ -103,4 +122,4 @@ bench: $(STAMP) wrk
 	command -v wrk >/dev/null 2>&1 && $(PY) bench/http_bench.py || true
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) tests/js/node_modules tests/statsd_daemon/node_modules
+	rm -rf $(VENV) $(VENV_MIN) .venv-py3.* tests/js/node_modules tests/statsd_daemon/node_modules

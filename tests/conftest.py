@@ -9,7 +9,7 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from helpers import groups, powercut, upstream
+from helpers import gooracle, groups, powercut, upstream
 from helpers.servers import Nsqd
 
 # Every JVM the tests start (Spark sessions, drivers, a standalone master, worker and executors,
@@ -54,6 +54,15 @@ def pytest_terminal_summary(terminalreporter):
         if ours:
             stats["skipped"] = skipped  # the closing counts include them
             terminalreporter.write_line(upstream.skipped_summary(len(ours)), yellow=True)
+
+
+@pytest.fixture(scope="session")
+def go_oracle(tmp_path_factory):
+    """Go's regexp, encoding/json and crypto/x509 answering batches (helpers/gooracle.py); the
+    test skips where ``go`` is not installed."""
+    oracle = gooracle.GoOracle(gooracle.build(tmp_path_factory.mktemp("gooracle")))
+    yield oracle
+    oracle.close()
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ def block_env(ports: tuple[int, ...], data: Path) -> dict[str, str]:
                                   if p and Path(p).resolve() != VENV_BIN.resolve())
     env["NSQPY_DEV_PORTS"] = ",".join(map(str, ports))
     env["NSQPY_DATA"] = str(data)
-    env["MAKEFLAGS"] = "-o.venv/.installed"   # never reinstall the venv from inside the suite
     return env
 
 
@@ -99,6 +98,8 @@ def scratch_dir(tmp: Path) -> Path:
     work = tmp / "work"
     work.mkdir()
     for entry in ROOT.iterdir():
-        if entry.name not in (".git", "data"):
+        if entry.name not in (".git", "data", ".venv"):
             (work / entry.name).symlink_to(entry)
+    # ``.venv`` is the venv running the tests: the repository's, or another CPython's (make test)
+    (work / ".venv").symlink_to(VENV_BIN.parent)
     return work

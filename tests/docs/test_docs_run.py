@@ -43,9 +43,9 @@ LONG_RUNNING = {"nsq_tail", "nsq_to_file", "nsq_to_http", "nsq_to_nsq", "nsq_sta
                 "nsqadmin", "nsqpy-dev"}
 PRELUDE = r"""
 curl() { command curl --fail-with-body "$@"; }
-make() {
+make() {  # never reinstalls the venv from inside the suite (make takes no -o from MAKEFLAGS)
   [ -e .venv/.installed ] || { echo "docs test: .venv/.installed missing (run make setup)" >&2; return 1; }
-  command make "$@"
+  command make -o .venv/.installed "$@"
 }
 __docs_bounded() {  # run the command on stdin for $1 seconds, then Ctrl-C; fail only on a failed exit
   local cmd; cmd=$(cat)

@@ -23,10 +23,12 @@ then the others by test count) and the serial unit last, when the other workers 
 of work anyway: its tests then have the machine to themselves at little cost. A module may also name
 its group itself with a module-level ``XDIST_GROUP = "name"`` line.
 
-The scheduler (``GroupScheduling``, installed by tests/conftest.py) reads the groups from the
-test ids themselves, so it does not depend on xdist reading ``xdist_group`` marks (pytest 9
-changed the node ids that ``--dist loadgroup`` rewrites); the marks are still set, for
-inspection with ``--collect-only``.
+The scheduler (``GroupScheduling``, installed by tests/conftest.py for any ``-n`` run, whatever
+``--dist`` says) reads the groups from the test ids themselves, so it does not depend on xdist
+reading ``xdist_group`` marks: ``--dist loadgroup`` passes them by appending ``@group`` to each
+node id on the workers, which pytest 9.2's structured node ids no longer take, so xdist groups
+nothing (pytest-xdist#1386; docs/testing.md). The marks are still set, for inspection with
+``--collect-only``.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ ORDER = {"spark": 0, "heavy": 1, "ports": 2, SERIAL: 4}
 def scope_of_nodeid(rootpath: Path, nodeid: str) -> str:
     """The work unit of a test id: its group's scope, else its module (a module's tests run in
     order on one worker and share its module-scoped servers)."""
-    if "@" in nodeid.rsplit("]", 1)[-1]:
+    if "@" in nodeid.rsplit("]", 1)[-1]:  # --dist loadgroup on a pytest that takes its suffix
         nodeid = nodeid.rsplit("@", 1)[0]
     path, _, name = nodeid.partition("::")
     group = group_of(rootpath / path, name)

@@ -1,23 +1,21 @@
 """nsqpy.protocol.gojson against Go's encoding/json: the cases upstream's daemons showed (issue 37),
-then random inputs compared byte for byte with Go 1.19 itself (a small oracle program beside this
-file, built when ``go`` is installed; skipped otherwise)."""
+then thousands of generated inputs compared byte for byte with Go 1.19 itself (tests/gooracle,
+built when ``go`` is installed, as ``make test`` sees to; skipped otherwise)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import struct
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from nsqpy.protocol import gojson
 from nsqpy.protocol.gojson import GoJSONError, decode_struct, decode_strings, dumps, loads
 from nsqpy.nsqd.v2.client import decode_identify
+
+from helpers.gooracle import differential
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -147,50 +145,30 @@ def test_fast_path_is_taken_for_plain_documents():
     assert gojson._is_go(orjson.dumps(doc))
 
 
-# --- against Go itself -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def oracle(tmp_path_factory):
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("go is not installed: the encoding/json oracle cannot be built")
-    out = tmp_path_factory.mktemp("gojson") / "oracle"
-    src = Path(__file__).parent / "gojson_oracle" / "main.go"
-    subprocess.run([go, "build", "-o", str(out), str(src)], check=True, timeout=240,
-                   env={**os.environ, "GOFLAGS": "", "GO111MODULE": "off"})
-    proc = subprocess.Popen([str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-
-    def ask(mode: str, arg: bytes | str) -> bytes | None:
-        text = arg if isinstance(arg, str) else arg.hex()
-        proc.stdin.write(f"{mode} {text}\n".encode())
-        proc.stdin.flush()
-        line = proc.stdout.readline().strip()
-        return None if line == b"ERR" else bytes.fromhex(line.decode())
-
-    yield ask
-    proc.stdin.close()
-    proc.wait(timeout=10)
-
+# --- against Go itself: each example a batch of cases for the oracle (helpers/gooracle.py) ------
 
 _SPECIAL = st.sampled_from(["<", ">", "&", "\u2028", "\u2029", "\x7f", "\b", "\f", "\\", '"',
                             "\n", "\t", "\x00", "\ufffd", "\U0001F600", "\u212a", "\u017f"])
 _TEXT = st.lists(st.one_of(st.characters(), _SPECIAL), max_size=20).map("".join)
-_SETTINGS = settings(max_examples=400, deadline=None,
-                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+_BATCH = {"min_size": 40, "max_size": 80}  # cases per batch (fewer for whole documents)
+_SMALL_BATCH = {"min_size": 20, "max_size": 40}
 
 
-@_SETTINGS
-@given(raw=st.one_of(st.binary(max_size=24), _TEXT.map(lambda t: t.encode("utf-8", "surrogatepass"))))
-def test_strings_written_as_go_writes_them(oracle, raw):
-    assert dumps(raw) == oracle("s", raw)
-    assert dumps(raw.decode("utf-8", "surrogateescape")) == oracle("s", raw)
+@differential()
+@given(raws=st.lists(st.one_of(st.binary(max_size=24),
+                               _TEXT.map(lambda t: t.encode("utf-8", "surrogatepass"))), **_BATCH))
+def test_strings_written_as_go_writes_them(go_oracle, raws):
+    for raw, reply in zip(raws, go_oracle.ask(("s", [raw]) for raw in raws)):
+        assert dumps(raw) == reply.data, raw
+        assert dumps(raw.decode("utf-8", "surrogateescape")) == reply.data, raw
 
 
-@_SETTINGS
-@given(value=st.floats(allow_nan=False, allow_infinity=False))
-def test_floats_written_as_go_writes_them(oracle, value):
-    assert dumps(value) == oracle("f", struct.pack(">d", value).hex())
+@differential()
+@given(values=st.lists(st.floats(allow_nan=False, allow_infinity=False), **_BATCH))
+def test_floats_written_as_go_writes_them(go_oracle, values):
+    replies = go_oracle.ask(("f", [struct.pack(">d", value)]) for value in values)
+    for value, reply in zip(values, replies):
+        assert dumps(value) == reply.data, value
 
 
 def _float64(value):
@@ -216,24 +194,36 @@ _FRAGMENTS = st.sampled_from([b'"\\ud800"', b'"\\udc00\\ud800"', b'"a\xe2\x82x"'
                               b"{", b"]", b",", b"-0.0", b"0.0e+0", b"tru", b'"\x01"', b"\xef\xbb\xbf"])
 
 
-@_SETTINGS
-@given(value=_JSON, splice=st.lists(_FRAGMENTS, max_size=3), at=st.integers(0, 40))
-def test_documents_read_as_go_reads_them(oracle, value, splice, at):
-    raw = dumps(value)
-    if splice:  # put odd pieces in: some still JSON, most not
-        piece = b"".join(splice)
+@st.composite
+def _document(draw) -> bytes:
+    """A JSON document, often with odd pieces put in: some still JSON, most not."""
+    raw = dumps(draw(_JSON))
+    splice = draw(st.lists(_FRAGMENTS, max_size=3))
+    if splice:
+        piece, at = b"".join(splice), draw(st.integers(0, 40))
         raw = b"[" + piece + b"]" if at % 2 else raw[:at] + piece + raw[at:]
-    assume(re.search(rb"-0(?![.0-9eE])", raw) is None)  # loads reads -0 as the int 0
-    expected = oracle("d", raw)
+    return raw
+
+
+def _read_as_go(raw: bytes) -> bytes | None:
+    try:
+        return dumps(_float64(loads(raw)), sort_keys=True)
+    except GoJSONError:
+        return None
+
+
+@differential()
+@given(raws=st.lists(_document().filter(lambda raw: re.search(rb"-0(?![.0-9eE])", raw) is None),
+                     **_SMALL_BATCH))  # loads reads -0 as the int 0
+def test_documents_read_as_go_reads_them(go_oracle, raws):
+    replies = go_oracle.ask(("d", [raw]) for raw in raws)
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(20000)  # this test's own helpers recurse through the 1100 levels
     try:
-        got = dumps(_float64(loads(raw)), sort_keys=True)
-    except GoJSONError:
-        got = None
+        for raw, reply in zip(raws, replies):
+            assert _read_as_go(raw) == reply.data, raw
     finally:
         sys.setrecursionlimit(limit)
-    assert got == expected, raw
 
 
 _IDENTIFY_KEYS = st.sampled_from(["client_id", "hostname", "heartbeat_interval", "snappy",
@@ -247,20 +237,26 @@ def _raw_value(value) -> bytes:
     return b"1e400" if value == 1e400 else dumps(value)
 
 
-@_SETTINGS
-@given(pairs=st.lists(st.tuples(_IDENTIFY_KEYS, _IDENTIFY_VALUES), max_size=6))
-def test_identify_read_as_upstream_reads_it(oracle, pairs):
-    raw = b"{" + b",".join(dumps(k) + b":" + _raw_value(v) for k, v in pairs) + b"}"
-    expected = oracle("i", raw)
+_IDENTIFY = st.lists(st.tuples(_IDENTIFY_KEYS, _IDENTIFY_VALUES), max_size=6).map(
+    lambda pairs: b"{" + b",".join(dumps(k) + b":" + _raw_value(v) for k, v in pairs) + b"}")
+
+
+def _identify_as_go(raw: bytes) -> bytes | None:
+    """IDENTIFY read by nsqd, written back as Go marshals the struct (its zero values filled)."""
     try:
         data = decode_identify(raw)
     except GoJSONError:
-        got = None
-    else:
-        zero = {name: "" if kind == gojson.STRING else False if kind == gojson.BOOL else 0
-                for name, kind in _identify_fields().items()}
-        got = dumps({**zero, **data})
-    assert got == expected, raw
+        return None
+    zero = {name: "" if kind == gojson.STRING else False if kind == gojson.BOOL else 0
+            for name, kind in _identify_fields().items()}
+    return dumps({**zero, **data})
+
+
+@differential()
+@given(raws=st.lists(_IDENTIFY, **_SMALL_BATCH))
+def test_identify_read_as_upstream_reads_it(go_oracle, raws):
+    for raw, reply in zip(raws, go_oracle.ask(("i", [raw]) for raw in raws)):
+        assert _identify_as_go(raw) == reply.data, raw
 
 
 def _identify_fields():
@@ -268,12 +264,11 @@ def _identify_fields():
     return client._IDENTIFY_FIELDS
 
 
-def test_oracle_sees_the_known_cases(oracle):
+def test_oracle_sees_the_known_cases(go_oracle):
     """The hand-written cases above are Go's too (they run without go; this checks them)."""
-    assert oracle("s", b"bs\bff\f") == dumps("bs\bff\f")
-    assert oracle("d", b'"\\ud800"') == dumps("\ufffd")
-    assert oracle("d", b"1e400") is None
-    assert oracle("i", b'{"x":1e400}') is not None
-    assert oracle("i", '{"broadcast_addre\u00df":1}'.encode()) is not None
-    assert oracle("d", b"[" * 10001 + b"]" * 10001) is None
-    assert oracle("d", b"[" * 10000 + b"]" * 10000) is not None
+    replies = go_oracle.ask([
+        ("s", [b"bs\bff\f"]), ("d", [b'"\\ud800"']), ("d", [b"1e400"]), ("i", [b'{"x":1e400}']),
+        ("i", ['{"broadcast_addre\u00df":1}'.encode()]), ("d", [b"[" * 10001 + b"]" * 10001]),
+        ("d", [b"[" * 10000 + b"]" * 10000])])
+    assert [reply.data for reply in replies[:2]] == [dumps("bs\bff\f"), dumps("\ufffd")]
+    assert [reply.error is None for reply in replies[2:]] == [False, True, True, False, True]

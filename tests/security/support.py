@@ -1,11 +1,10 @@
-"""Helpers for the security tests: certificates made with the openssl CLI, an nsqd with TLS
-flags (health-checked without plain HTTP, which --tls-required=true refuses), and a real aiohttp
-auth server running in a thread of the test process."""
+"""Helpers for the security tests: certificates made with the openssl CLI (helpers/certs.py), an
+nsqd with TLS flags (health-checked without plain HTTP, which --tls-required=true refuses), and a
+real aiohttp auth server running in a thread of the test process."""
 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 import ssl
 import subprocess
@@ -18,10 +17,8 @@ from typing import Any, Callable
 import orjson
 from aiohttp import web
 
+from helpers.certs import OPENSSL, openssl
 from helpers.servers import VENV_BIN, ServerProcess, free_port
-
-OPENSSL = shutil.which("openssl")
-
 
 # --- certificates --------------------------------------------------------------------------------
 
@@ -46,17 +43,13 @@ class Certs:
         return ctx
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, capture_output=True, timeout=30)
-
-
 def make_certs(d: Path) -> Certs:
     """A CA, a server certificate for localhost/127.0.0.1, a client one, and a rogue one (EC P-256)."""
     d.mkdir(parents=True, exist_ok=True)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=nsqpy test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=nsqpy test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
     for name, cn, ext in (
         ("server", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
                                 "extendedKeyUsage=serverAuth\n"),
@@ -66,13 +59,13 @@ def make_certs(d: Path) -> Certs:
                                        "keyUsage=critical,digitalSignature\n"
                                        "subjectKeyIdentifier=hash\n"
                                        "authorityKeyIdentifier=keyid,issuer\n")
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}",
-                 cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
-                 cwd=d)
-    _openssl("req", "-x509", *ec, "-keyout", "rogue.key", "-out", "rogue.pem", "-days", "2",
-             "-subj", "/CN=rogue", "-addext", "extendedKeyUsage=clientAuth", cwd=d)
+        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}",
+                cwd=d)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
+                cwd=d)
+    openssl("req", "-x509", *ec, "-keyout", "rogue.key", "-out", "rogue.pem", "-days", "2",
+            "-subj", "/CN=rogue", "-addext", "extendedKeyUsage=clientAuth", cwd=d)
     return Certs(d, d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem",
                  d / "client.key", d / "rogue.pem", d / "rogue.key")
 

@@ -31,7 +31,7 @@ from helpers.wire import Wire
 from helpers.upstream import requires, upstream_path
 from nsqpy.nsqd.v2.tls import client_context, client_max_version
 from nsqpy.protocol.frames import FRAME_TYPE_RESPONSE
-from security.support import OPENSSL
+from helpers.certs import OPENSSL, openssl
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(OPENSSL is None, reason="needs the openssl command")]
@@ -66,27 +66,23 @@ class RsaCerts:
     pairs: dict[str, tuple[Path, Path]]  # "rsa1024"/"rsa2048" -> (cert, key), signed by the CA
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def rsa(tmp_path_factory) -> RsaCerts:
     """A 2048-bit RSA CA and two leaves for localhost/127.0.0.1 (server and client use)."""
     d = tmp_path_factory.mktemp("rsa")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-             "-days", "2", "-subj", "/CN=nsqpy rsa test CA", cwd=d)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+            "-days", "2", "-subj", "/CN=nsqpy rsa test CA", cwd=d)
     (d / "leaf.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n"
                                 "extendedKeyUsage=serverAuth,clientAuth\n"
                                 "basicConstraints=CA:FALSE\n")
     pairs = {}
     for bits in (1024, 2048):
         name = f"rsa{bits}"
-        _openssl("req", "-newkey", f"rsa:{bits}", "-nodes", "-keyout", f"{name}.key",
-                 "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "leaf.ext",
-                 cwd=d)
+        openssl("req", "-newkey", f"rsa:{bits}", "-nodes", "-keyout", f"{name}.key",
+                "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "leaf.ext",
+                cwd=d)
         pairs[name] = (d / f"{name}.pem", d / f"{name}.key")
     return RsaCerts(d / "ca.pem", pairs)
 

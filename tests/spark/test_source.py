@@ -271,18 +271,17 @@ def test_tls_asked_for_but_not_negotiated_fails_instead_of_sending_in_clear(spar
 @pytest.mark.timeout(90)
 def test_tls_both_ways(spark, nsqd_factory, tmp_path):
     """nsqd with a certificate, TLS required on TCP: the source reads and the sink publishes over
-    TLS (verified against the CA file), with snappy stacked on top for the sink."""
-    import ssl
-    import subprocess
-
+    TLS (verified against the CA file), with snappy stacked on top for the sink. The certificate
+    is openssl's defaults' (helpers/certs.py), which Python 3.13's default context refuses and
+    Go accepts: the source and sink accept it on every Python."""
     from nsqpy.client import http_mpublish
+    from nsqpy.common.gotls import client_context
 
+    from helpers.certs import make_kinds
     from spark.nsq_spark_util import drain
 
-    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(crt),
-                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-                   check=True, capture_output=True, timeout=30)
+    kind = make_kinds(tmp_path / "certs")["openssl-defaults"]
+    key, crt, ca = kind.server_key, kind.server_cert, kind.roots
     from helpers.servers import free_port
 
     # tcp-https: TLS required on TCP, plain HTTP still served (for the fixtures' /ping and /stats)
@@ -294,16 +293,15 @@ def test_tls_both_ways(spark, nsqd_factory, tmp_path):
     bodies = [b"secret-%d" % i for i in range(500)]
     http_mpublish(nsqd.http_address, topic, bodies)  # plain TCP publishing is refused (TLS required)
     query = (
-        nsq_stream(spark, topic, nsqd=nsqd, tls="true", tlsCaFile=str(crt)).select("body")
+        nsq_stream(spark, topic, nsqd=nsqd, tls="true", tlsCaFile=str(ca)).select("body")
         .writeStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address).option("topic", copy)
-        .option("tls", "true").option("tlsCaFile", str(crt)).option("compression", "snappy")
+        .option("tls", "true").option("tlsCaFile", str(ca)).option("compression", "snappy")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
     )
     query = start_to_end(query, nsqd.http_address, topic)
     assert query.awaitTermination(60)
     assert query.exception() is None
-    ctx = ssl.create_default_context(cafile=str(crt))
-    assert sorted(drain(nsqd.tcp_address, copy, 500, tls=ctx)) == sorted(bodies)
+    assert sorted(drain(nsqd.tcp_address, copy, 500, tls=client_context(str(ca)))) == sorted(bodies)
 
 
 @pytest.mark.timeout(90)

@@ -17,6 +17,7 @@ from aiohttp import web
 from .. import version_string
 from ..common.addr import join_host_port, listen_socket
 from ..common import daemon
+from ..common.gotls import shared_context
 from ..common.log import make_logger
 from .clusterinfo import ClusterInfo
 from .graphite import Graphite
@@ -51,7 +52,9 @@ class NSQAdmin:
         self.http_address = join_host_port(name[0], name[1])
         timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
                                         sock_connect=opts.http_client_connect_timeout)
-        self.session = aiohttp.ClientSession(timeout=timeout)
+        # the notifications' POSTs: verified as Go's default client verifies (https endpoints)
+        self.session = aiohttp.ClientSession(
+            timeout=timeout, connector=aiohttp.TCPConnector(ssl=shared_context()))
         client = V1Client(self.session, self.tls, opts.nsqd_auth_secret)
         self.notifier = Notifier(lambda: opts.notification_http_endpoint, self.session,
                                  self.logger)

@@ -23,6 +23,7 @@ import aiohttp
 
 from ..client.httpauth import bearer, refusal
 from ..common.addr import join_host_port
+from ..common.gotls import client_context
 from ..common.goerrno import path_error
 from ..protocol.gojson import INT, GoJSONError, decode_struct, loads
 from ..protocol.commands import go_quote
@@ -43,7 +44,8 @@ def client_tls_context(insecure_skip_verify: bool, root_ca_file: str, cert: str,
         raise ValueError("--http-client-tls-key must be specified with --http-client-tls-cert")
     if key and not cert:
         raise ValueError("--http-client-tls-cert must be specified with --http-client-tls-key")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the peer and its host name
+    # verifies the peer and its host name as Go does; the roots are added below
+    ctx = client_context(system_roots=False)
     if insecure_skip_verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
+from ..common.gotls import shared_context
 from .connection import _as_bytes
 from .errors import HTTPPublishError
 from .sync import Body, _error_message, _http_base, mpub_binary_body
@@ -19,7 +20,8 @@ from .sync import Body, _error_message, _http_base, mpub_binary_body
 async def _post(session: aiohttp.ClientSession | None, url: str, data: bytes, timeout: float) -> None:
     own = session is None
     if session is None:
-        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout))
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout),
+                                        connector=aiohttp.TCPConnector(ssl=shared_context()))
     try:
         async with session.post(url, data=data) as resp:
             body = await resp.read()

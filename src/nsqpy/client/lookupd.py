@@ -15,6 +15,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import aiohttp
 import orjson
 
+from ..common.gotls import shared_context
 from .addr import format_address
 
 log = logging.getLogger("nsqpy.client")
@@ -72,7 +73,8 @@ class LookupdPoller:
         """The union of all answers, or None when no lookupd answered."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout), headers=self._headers
+                timeout=aiohttp.ClientTimeout(total=self.timeout), headers=self._headers,
+                connector=aiohttp.TCPConnector(ssl=shared_context()),  # https: as Go verifies
             )
         results = await asyncio.gather(*(self._one(u) for u in self.urls))
         answered = [r for r in results if r is not None]

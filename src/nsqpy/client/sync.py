@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 import orjson
 
+from nsqpy.common.gotls import shared_context
 from nsqpy.protocol.commands import MAGIC_V2
 from nsqpy.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, HEARTBEAT, OK
 
@@ -143,7 +144,7 @@ def normalize_http(address: str) -> str:
 def _post(url: str, data: bytes, timeout: float) -> None:
     req = urllib.request.Request(url, data=data, method="POST")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=shared_context()) as resp:
             resp.read()
     except urllib.error.HTTPError as err:
         raise HTTPPublishError(err.code, _error_message(err.read())) from None

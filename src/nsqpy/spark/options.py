@@ -15,6 +15,7 @@ import ssl
 from typing import Any, Mapping
 
 from nsqpy.client import USER_AGENT, ConnectionOptions
+from nsqpy.common.gotls import client_context
 from nsqpy.client.addr import normalize
 
 SPARK_USER_AGENT = f"{USER_AGENT} (spark)"
@@ -136,7 +137,7 @@ def connection_settings(opts: Options) -> dict[str, Any]:
 def tls_context(settings: dict[str, Any]) -> ssl.SSLContext | None:
     if not settings.get("tls"):
         return None
-    ctx = ssl.create_default_context(cafile=settings.get("tls_ca_file"))
+    ctx = client_context(settings.get("tls_ca_file"))  # verified as upstream's Go clients verify
     if settings.get("tls_cert_file"):
         ctx.load_cert_chain(settings["tls_cert_file"], settings.get("tls_key_file"))
     if settings.get("tls_insecure"):

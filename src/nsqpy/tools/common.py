@@ -23,6 +23,7 @@ from .. import NSQ_COMPAT_VERSION, __version__
 from ..client import ConnectionOptions, Consumer, Message
 from ..common.daemon import run as run_on_loop
 from ..common.flags import Flag, FlagError, FlagSet
+from ..common.gotls import shared_context
 from ..protocol.names import is_valid_name
 from . import goerrors, golog, gonsq
 from .goconfig import GoNsqConfig, parse_go_nsq_options
@@ -402,6 +403,7 @@ def http_session(connect_timeout: float, request_timeout: float) -> aiohttp.Clie
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout),
         headers={"Accept": GO_NSQ_ACCEPT},
+        connector=aiohttp.TCPConnector(ssl=shared_context()),  # https: verified as Go does
     )
 
 

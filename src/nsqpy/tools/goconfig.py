@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 from ..client import ConnectionOptions
 from ..common.flags import Flag, FlagError, format_duration, go_quote
+from ..common.gotls import client_context
 from ..common.goerrno import path_error
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
@@ -199,7 +200,7 @@ def _coerce(name: str, opt: _GoOpt, raw: str | bool) -> Any:
                 raise LookupError("ERROR: failed to read custom Certificate Authority file "
                                   + path_error("open", raw, err)) from None
             try:
-                ssl.create_default_context(cafile=raw)
+                client_context(raw)
             except (ssl.SSLError, ValueError):
                 raise LookupError("ERROR: failed to append certificates from Certificate "
                                   "Authority file") from None
@@ -249,7 +250,7 @@ def _key_pair_error(cert: str, key: str) -> str | None:
     if b"-----BEGIN" not in pem[key]:
         return "tls: failed to find any PEM data in key input"
     try:
-        ssl.create_default_context().load_cert_chain(cert, key)
+        client_context(system_roots=False).load_cert_chain(cert, key)
     except ssl.SSLError as err:
         if "KEY_VALUES_MISMATCH" in str(err):
             return "tls: private key does not match public key"
@@ -313,7 +314,7 @@ class GoNsqConfig:
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.tls.get("enabled"):
             return None
-        context = ssl.create_default_context(cafile=self.tls.get("cafile") or None)
+        context = client_context(self.tls.get("cafile") or None)
         if self.tls.get("insecure"):
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE

@@ -34,6 +34,7 @@ from yarl import URL
 from .. import NSQ_COMPAT_VERSION
 from ..client import Message
 from ..common.flags import Flag, FlagSet
+from ..common.gotls import shared_context
 from . import common, goerrors, gonsq
 from .common import fatal, repeated
 from .goconfig import GoNsqConfig, go_nsq_flag
@@ -161,7 +162,7 @@ async def _main(o: Any, cfg: GoNsqConfig, headers: dict[str, str]) -> int:
         headers.setdefault("Content-Type", o.content_type)
     timeout = aiohttp.ClientTimeout(total=o.http_client_request_timeout,
                                     sock_connect=o.http_client_connect_timeout)
-    connector = aiohttp.TCPConnector(limit=max(1, o.n))
+    connector = aiohttp.TCPConnector(limit=max(1, o.n), ssl=shared_context())  # as Go verifies
     async with aiohttp.ClientSession(timeout=timeout, connector=connector,
                                      skip_auto_headers=("Content-Type",)) as session:
         try:

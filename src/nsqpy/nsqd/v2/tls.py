@@ -47,6 +47,7 @@ import threading
 import warnings
 from typing import Any
 
+from ...common import gotls
 from ...common.goerrno import path_error
 
 TLS_REQUIRED_FALSE = "false"
@@ -167,13 +168,14 @@ def server_context(opts: Any, logger: logging.Logger | None = None) -> ssl.SSLCo
 
 def client_context(opts: Any, own_certificate: bool = False) -> ssl.SSLContext:
     """Outbound TLS (the auth server, the replication link): ``--tls-root-ca-file`` as the roots,
-    else the system's; TLS 1.2 or ``--tls-min-version`` if higher, at OpenSSL's default level.
+    else the system's, verified as Go verifies (common/gotls.py); TLS 1.2 or ``--tls-min-version``
+    if higher, at OpenSSL's default level.
 
     With ``own_certificate`` (the replication link) ``--tls-cert``/``--tls-key`` are presented as
     the client certificate; a key too small for the default level lowers it as the server side
     does, which then also accepts peers' keys that small (a cluster shares its kind of key).
     """
-    ctx = ssl.create_default_context(cafile=opts.tls_root_ca_file or None)
+    ctx = gotls.client_context(opts.tls_root_ca_file or None)
     ctx.minimum_version = max(_MIN_VERSIONS.get(opts.tls_min_version, ssl.TLSVersion.TLSv1),
                               ctx.minimum_version)
     if own_certificate and opts.tls_cert and opts.tls_key:

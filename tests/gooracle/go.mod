@@ -1,0 +1,3 @@
+module nsqpy/tests/gooracle
+
+go 1.19
