@@ -92,32 +92,39 @@ class BlockSplitter:
     :meth:`take` returns the buffer and where each complete block starts (and its record count),
     keeping a partial block for the next feed; the one loop per block here is the sequential
     part of reading (each length says where the next block starts), everything per record is
-    left to the caller's column code. :meth:`close` raises FramingError if the stream ended
-    inside a block."""
+    left to the caller's column code. The pieces fed are joined once, when :meth:`take` has a
+    whole block to give (a growing buffer costs a copy per growth). :meth:`close` raises
+    FramingError if the stream ended inside a block."""
 
     def __init__(self) -> None:
-        self._buf = bytearray()
+        self._pieces: list[bytes | bytearray | memoryview] = []
+        self._held = 0
+        self._need = HEAD_SIZE  # bytes that must be held before a block can be whole
         self.blocks = 0
         self.bytes = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf += data
+        self._pieces.append(data)
+        self._held += len(data)
         self.bytes += len(data)
 
     @property
     def pending(self) -> int:
         """Bytes held that do not make a whole block yet (or were not taken)."""
-        return len(self._buf)
+        return self._held
 
-    def take(self) -> tuple[bytearray, list[int], list[int], int]:
+    def take(self) -> tuple[bytes, list[int], list[int], int]:
         """``(buffer, starts, counts, stop)``: block i starts at ``starts[i]`` and holds
         ``counts[i]`` records; the last one ends at ``stop``."""
-        buf = self._buf
-        end = len(buf)
-        unpack = HEAD.unpack_from
         starts: list[int] = []
         counts: list[int] = []
+        if self._held < self._need:
+            return b"", starts, counts, 0
+        buf = self._pieces[0] if len(self._pieces) == 1 else b"".join(self._pieces)
+        end = len(buf)
+        unpack = HEAD.unpack_from
         pos = 0
+        need = HEAD_SIZE
         while pos + HEAD_SIZE <= end:
             length, _, n, _ = unpack(buf, pos)
             if length > MAX_BLOCK or not n or length < FRAME.size + FIXED * n:
@@ -125,12 +132,14 @@ class BlockSplitter:
                                    f"{self.bytes - end + pos}: not a history block")
             nxt = pos + FRAME.size + length
             if nxt > end:
+                need = nxt - pos
                 break
             starts.append(pos)
             counts.append(n)
             pos = nxt
         self.blocks += len(starts)
-        self._buf = bytearray() if pos == end else buf[pos:]
+        self._pieces = [] if pos == end else [memoryview(buf)[pos:]]
+        self._held, self._need = end - pos, need
         return buf, starts, counts, pos
 
     def records(self) -> list[tuple[bytes, bytes, int]]:
@@ -142,6 +151,6 @@ class BlockSplitter:
         return out
 
     def close(self) -> None:
-        if self._buf:
-            raise FramingError(f"history stream ended inside a block ({len(self._buf)} bytes left)")
+        if self._held:
+            raise FramingError(f"history stream ended inside a block ({self._held} bytes left)")
 
