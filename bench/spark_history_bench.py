@@ -148,7 +148,9 @@ def timed_write(df, out: Path) -> tuple[float, int]:
 def spark_session():
     """local[2], quiet, nsq and the ceiling registered."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    # the workers import the ceiling from this module, also when history_bench.py runs it
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT / "bench"),
+                                                             os.environ.get("PYTHONPATH")]))
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("nsqpy-history-bench")
