@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from ...protocol.history_block import (
 )
 
 PIECE = 1 << 20  # bytes per pread
+_HEAD_TS = struct.Struct(HEAD.format + "q")  # a block's head and its first timestamp
 
 
 @dataclass
@@ -142,13 +144,15 @@ class RangeRead:
         view = memoryview(data)
         parts: list[Any] = []
         at = 0
-        while at + HEAD_SIZE <= len(data):
-            length, _, n, delay = HEAD.unpack_from(data, at)
+        while at + HEAD_SIZE + 8 <= len(data):
+            length, _, n, delay, lo = _HEAD_TS.unpack_from(data, at)
             nxt = at + FRAME.size + length
             if nxt > len(data):
                 break
-            stamps = block_timestamps(data, at, n)
-            lo, hi = min(stamps), max(stamps)
+            hi = lo
+            if n > 1:  # (a PUB's block holds one record: its head says all)
+                stamps = block_timestamps(data, at, n)
+                lo, hi = min(stamps), max(stamps)
             if frm <= lo and hi < to:
                 parts.append(view[at:nxt])
             elif hi >= frm and lo < to:
