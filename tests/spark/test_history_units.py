@@ -40,12 +40,13 @@ def test_starting_position_option():
         SourceConfig.from_options({**base, "startingPosition": "beginning"})
 
 
-def test_blocks_to_arrow_any_sizes():
-    """Blocks of 1..9 records, bodies of 0..40 bytes, the stream split anywhere."""
+@pytest.mark.parametrize("largest", [3, 60])  # small blocks: numpy per record; large: joins
+def test_blocks_to_arrow_any_sizes(largest):
+    """Blocks of 1..3 or 1..60 records, bodies of 0..40 bytes, the stream split anywhere."""
     recs = [(b"%016x" % i, bytes([65 + i % 26]) * (i % 41), 1_700_000_000_000_000_000 + 1000 * i) for i in range(300)]
     blocks, at = [], 0
     while at < len(recs):
-        group = recs[at:at + 1 + at % 9]
+        group = recs[at:at + 1 + at % largest]
         blocks.append(encode_block([r[0] for r in group], [r[1] for r in group], [r[2] for r in group]))
         at += len(group)
     stream = b"".join(blocks)
@@ -67,14 +68,33 @@ def test_blocks_to_arrow_any_sizes():
     assert pickle.loads(pickle.dumps(part)) == part
 
 
-def test_blocks_whose_sizes_do_not_fill_them_are_refused():
-    block = bytearray(encode_block([b"0" * 16, b"1" * 16], [b"ab", b"cd"], [1, 2]))
-    block[16 + 16 + 3] = 3  # the first size says 3 bytes: the sizes add up to 5, the block holds 4
+def test_short_bodies_at_the_very_end_of_a_batch():
+    """Bodies inline in Arrow's view layout (<= 12 bytes), the last ones in the buffer's last
+    bytes, single-record blocks (numpy per record) and one block of them all (joins)."""
+    bodies = [b"", b"a", b"bc", b"0123456789abcdef", b"", b"xyz"]
+    ids = [b"%016d" % i for i in range(len(bodies))]
+    singles = b"".join(encode_block([i], [b], [7]) for i, b in zip(ids, bodies))
+    together = encode_block(ids * 2, bodies * 2, [7] * 12)
+    part = HistorySlice("http://x", "127.0.0.1:4150", "t", (1,), EARLIEST, 10**19, 6)
+    cfg = BatchConfig.from_options({"nsqd_http_addresses": "x:1", "topic": "t"})
+    for stream, want in ((singles, bodies), (together, bodies * 2)):
+        sp = BlockSplitter()
+        sp.feed(stream)
+        rows = _arrow(sp, part, cfg, arrow_schema()).to_pylist()
+        assert [r["body"] for r in rows] == want
+
+
+@pytest.mark.parametrize("n", [2, 20])
+def test_blocks_whose_sizes_do_not_fill_them_are_refused(n):
+    good = encode_block([b"%016d" % i for i in range(n)], [b"ab"] * n, list(range(n)))
+    block = bytearray(good)
+    block[16 + 8 * n + 3] = 3  # the first size says 3 bytes: the sizes add up to 2n + 1
     sp = BlockSplitter()
-    sp.feed(bytes(block))
+    sp.feed(good + bytes(block))
     part = HistorySlice("http://x", "127.0.0.1:4150", "t", (1,), EARLIEST, 10**19, 2)
     cfg = BatchConfig.from_options({"nsqd_http_addresses": "x:1", "topic": "t"})
-    with pytest.raises(FramingError, match="body sizes add up to 5 bytes, the blocks hold 4"):
+    with pytest.raises(FramingError, match=f"block at offset {len(good)}: its body sizes add up to "
+                                           f"{2 * n + 1} bytes, its bodies take {2 * n}"):
         _arrow(sp, part, cfg, arrow_schema())
 
 
