@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nsqpy.client.history import (
-    EARLIEST, LATEST, format_point, parse_point, resolve_end, TopicHistory,
+    EARLIEST, LATEST, FramingError, check_framing, format_point, parse_point, resolve_end, TopicHistory,
 )
 
 
@@ -33,3 +33,12 @@ def test_resolve_end() -> None:
     assert resolve_end(h, LATEST) == 21 and resolve_end(h, EARLIEST) == 10 and resolve_end(h, 15) == 15
     empty = TopicHistory("http://x", "t", 1, 0, 0, 0, 0, 0, ())
     assert resolve_end(empty, LATEST) == 0
+
+
+def test_only_the_block_framing_is_read() -> None:
+    check_framing("http://h:4151", "application/vnd.nsqpy.history-blocks")
+    check_framing("http://h:4151", "application/vnd.nsqpy.history-blocks; charset=binary")
+    for other in ("application/octet-stream", None):  # an older nsqpy's record framing, or none
+        with pytest.raises(FramingError, match=r"nsqd http://h:4151 answered /history/read with "
+                                               r".*not application/vnd.nsqpy.history-blocks"):
+            check_framing("http://h:4151", other)
