@@ -120,5 +120,7 @@ def test_byte_window_errors(nsqd_factory):
     assert error(node, "GET", f"/history/read?topic={topic}&segment=1&byte_to=-1") == (400, "INVALID_BYTE_TO")
     assert error(node, "GET", f"/history/read?topic={topic}&segment=1&byte_to=99999999999999999999") == \
         (400, "INVALID_BYTE_TO")
-    assert read_blocks(node, topic, "&segment=1&byte_from=1000000") == b""  # past the end: nothing
+    for past_the_end in ("&byte_from=1000000", "&byte_from=999999999999999999",
+                         "&byte_from=40&byte_to=999999999999999999", "&byte_from=5&byte_to=5"):
+        assert read_blocks(node, topic, "&segment=1" + past_the_end) == b"", past_the_end
     assert call(node, "GET", "/ping") == (200, b"OK")

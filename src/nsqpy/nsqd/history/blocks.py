@@ -66,6 +66,8 @@ def plan_read(log: Any, frm: int, to: int, start: tuple[int, int], stop: tuple[i
         span = Span(log.path(seg.sid), begin, end, whole)
         if window is not None:
             lo, hi = window
+            if lo >= end or hi <= begin:  # (so a walk never reads past the segment)
+                continue
             if begin < lo:
                 span.start = max(begin, _block_before(seg, lo))
                 span.walk_start = (span.start, lo)
