@@ -8,11 +8,12 @@ import time
 import zlib
 from pathlib import Path
 
+import orjson
 import pytest
 
 from helpers.servers import unique_name
 from helpers.wire import Wire
-from nsqpy.protocol.history_block import FRAME, BlockSplitter, decode_block, encode_block
+from nsqpy.protocol.history_block import FRAME, BlockSplitter, FramingError, decode_block, encode_block
 
 from .history_util import call, error, read_blocks, read_records, segments
 
@@ -123,4 +124,33 @@ def test_byte_window_errors(nsqd_factory):
     for past_the_end in ("&byte_from=1000000", "&byte_from=999999999999999999",
                          "&byte_from=40&byte_to=999999999999999999", "&byte_from=5&byte_to=5"):
         assert read_blocks(node, topic, "&segment=1" + past_the_end) == b"", past_the_end
+    assert call(node, "GET", "/ping") == (200, b"OK")
+
+
+def test_a_read_that_fails_midway_ends_inside_a_block(nsqd_factory, tmp_path):
+    """A damaged block in a sealed segment (its summary on disk, so not scanned at start-up)
+    that a range cuts: the answer breaks off inside a block, the reader fails rather than
+    taking a shorter range, and nsqd goes on serving."""
+    topic = unique_name()
+    ms = 10**6
+    t0 = (time.time_ns() // ms - 60_000) * ms
+    good = encode_block([b"a" * 16, b"b" * 16], [b"one", b"two"], [t0, t0 + ms])
+    damaged = bytearray(encode_block([b"c" * 16, b"d" * 16, b"e" * 16], [b"x", b"y", b"z"],
+                                     [t0 + 2 * ms, t0 + 3 * ms, t0 + 4 * ms]))
+    damaged[16 + 24 + 3] = 2  # the first body "is" 2 bytes: the sizes no longer fill the block
+    folder = tmp_path / "n" / f"{topic}.history"
+    folder.mkdir(parents=True)
+    sealed = good + bytes(damaged)
+    (folder / f"{1:020d}.seg").write_bytes(sealed)
+    (folder / f"{1:020d}.idx").write_bytes(orjson.dumps({
+        "size": len(sealed), "count": 5, "first": t0, "last": t0 + 4 * ms, "min": t0,
+        "max": t0 + 4 * ms, "off": [0], "pmax": [-1]}))
+    (folder / f"{2:020d}.seg").write_bytes(encode_block([b"f" * 16], [b"later"], [t0 + 10 * ms]))
+    node = nsqd_factory("--retention=1h", data_path=tmp_path / "n")
+    splitter = BlockSplitter()
+    splitter.feed(read_blocks(node, topic, f"&from={(t0 + 3 * ms) // ms}"))
+    with pytest.raises(FramingError, match="ended inside a block"):
+        splitter.take()
+        splitter.close()
+    assert read_records(node, topic, f"&from={(t0 + 10 * ms) // ms}") == [(b"f" * 16, b"later", t0 + 10 * ms)]
     assert call(node, "GET", "/ping") == (200, b"OK")

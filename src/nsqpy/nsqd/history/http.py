@@ -26,6 +26,8 @@ from .replay import start_replay
 if TYPE_CHECKING:
     from ..http import NsqdHTTP
 
+#: what a read that failed midway sends last: a block head announcing more than ever comes
+_BROKEN_OFF = b"\xff" * 8
 _HIGH_WATER = 4 << 20  # a reader slower than us: wait while this much is unsent
 _LOW_WATER = 1 << 20
 
@@ -198,9 +200,11 @@ async def _stream(request: Request, reader: RangeRead, pool: Executor, logger: A
         while True:
             try:
                 piece = await pending
-            except OSError as err:  # the reader sees the answer break off, not a short range
+            except Exception as err:  # (a failed read, a damaged block: the 200 head is out)
                 logger.error("HISTORY: /history/read failed - %s", err)
-                transport.abort()
+                # the answer ends inside a block: every reader fails (FramingError), none
+                # takes what came for a shorter range
+                transport.write(_BROKEN_OFF)
                 break
             if piece is None or transport.is_closing():
                 break
