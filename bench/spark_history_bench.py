@@ -1,8 +1,9 @@
 """Spark batch read of nsqd's history against the partitioned ceiling, local[2], into Parquet.
 
 * ``history`` — ``spark.read.format("nsq")`` over ``--messages`` retained messages of ``--size``
-  bytes (nsqd with ``--retention``), the partitions made by ``segmentsPerPartition`` /
-  ``partitionsPerSegment`` so that their number is the one asked for;
+  bytes (nsqd with ``--retention``), partitioned by the source's own plan (``default``: by bytes)
+  or by ``segmentsPerPartition`` / ``partitionsPerSegment`` so that their number is the one asked
+  for;
 * ``pceiling`` — a trivial *batch* Python source (:class:`PartitionedCeiling`, the batch twin of
   bench/spark_bench.py's ``format("pceiling")``): the same number of rows of the same schema in
   the same number of partitions, each handing out slices of one Arrow batch made once per Python
@@ -13,7 +14,7 @@ Each is ``df.write.parquet(...)`` timed from the action's start to its end; the 
 per-worker cache); the best round counts and every round is printed. The machine may be shared:
 report ratios from one run, not absolute figures across runs.
 
-    python bench/spark_history_bench.py --messages 1000000 --partitions 2,4,8
+    python bench/spark_history_bench.py --messages 1000000 --partitions default,2,4,8
 """
 
 from __future__ import annotations
@@ -144,17 +145,66 @@ def timed_write(df, out: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, df.rdd.getNumPartitions()
 
 
+def spark_session():
+    """local[2], quiet, nsq and the ceiling registered."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # the workers import the ceiling from this module, also when history_bench.py runs it
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT / "bench"),
+                                                             os.environ.get("PYTHONPATH")]))
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("nsqpy-history-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    import nsqpy.spark
+
+    nsqpy.spark.register(spark)
+    spark.dataSource.register(PartitionedCeiling)
+    return spark
+
+
+def history_vs_ceiling(spark, http: str, topic: str, messages: int, size: int, options: dict,
+                       rounds: int, work: Path) -> tuple[int, list[float], list[float]]:
+    """``(partitions, history rows/s per round, ceiling rows/s per round)``: the history read
+    with ``options`` into Parquet, and the ceiling with as many partitions, alternating after
+    one warm-up of each; every row is checked to be there."""
+    def history_df():
+        reader = spark.read.format("nsq").option("nsqd_http_addresses", http).option("topic", topic)
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return reader.load()
+
+    def ceiling_df(n: int):
+        return (spark.read.format("pceiling").option("messages", messages)
+                .option("size", size).option("partitions", n).load())
+
+    got = history_df()
+    n = got.rdd.getNumPartitions()
+    assert got.count() == messages, "the history does not hold every message"
+    timed_write(history_df(), work / "warm_h")
+    timed_write(ceiling_df(n), work / "warm_c")
+    hist, ceil = [], []
+    for _ in range(rounds):
+        secs, _ = timed_write(history_df(), work / "out_h")
+        hist.append(messages / secs)
+        secs, _ = timed_write(ceiling_df(n), work / "out_c")
+        ceil.append(messages / secs)
+    written = spark.read.parquet(str(work / "out_h")).count()
+    assert written == messages, written
+    return n, hist, ceil
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=200)
-    ap.add_argument("--partitions", default="2,4,8")
+    ap.add_argument("--partitions", default="default,2,4,8",
+                    help="partition counts; 'default': the source's own plan (by bytes)")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="spark_history_bench_"))
     (work / "nsqd").mkdir()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
     proc, addr, http = start_nsqd(work / "nsqd")
     spark = None
     try:
@@ -164,41 +214,12 @@ def main() -> None:
         segs = segments(http, topic)
         print(f"prefill: {args.messages:,} messages of {args.size} B in {time.perf_counter() - t0:.1f}s, "
               f"{len(segs)} segments", flush=True)
-        from pyspark.sql import SparkSession
-
-        spark = (SparkSession.builder.master("local[2]").appName("nsqpy-history-bench")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.memory", "2g").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        import nsqpy.spark
-
-        nsqpy.spark.register(spark)
-        spark.dataSource.register(PartitionedCeiling)
+        spark = spark_session()
         print("partitions | history rows/s (best; all) | pceiling rows/s (best; all) | history/pceiling")
-        for parts in [int(p) for p in args.partitions.split(",")]:
-            def history_df():
-                reader = spark.read.format("nsq").option("nsqd_http_addresses", http).option("topic", topic)
-                for k, v in history_options(len(segs), parts).items():
-                    reader = reader.option(k, v)
-                return reader.load()
-
-            def ceiling_df(n: int):
-                return (spark.read.format("pceiling").option("messages", args.messages)
-                        .option("size", args.size).option("partitions", n).load())
-
-            got = history_df()
-            n = got.rdd.getNumPartitions()
-            assert got.count() == args.messages, "the history does not hold every message"
-            timed_write(history_df(), work / "warm_h")
-            timed_write(ceiling_df(n), work / "warm_c")
-            hist, ceil = [], []
-            for _ in range(args.rounds):
-                secs, _ = timed_write(history_df(), work / "out_h")
-                hist.append(args.messages / secs)
-                secs, _ = timed_write(ceiling_df(n), work / "out_c")
-                ceil.append(args.messages / secs)
-            written = spark.read.parquet(str(work / "out_h")).count()
-            assert written == args.messages, written
+        for parts in args.partitions.split(","):
+            options = {} if parts == "default" else history_options(len(segs), int(parts))
+            n, hist, ceil = history_vs_ceiling(spark, http, topic, args.messages, args.size, options,
+                                               args.rounds, work)
             print(f"{n:>10} | {max(hist):>12,.0f} ({', '.join(f'{r:,.0f}' for r in hist)}) | "
                   f"{max(ceil):>12,.0f} ({', '.join(f'{r:,.0f}' for r in ceil)}) | {max(hist) / max(ceil):.2f}x",
                   flush=True)

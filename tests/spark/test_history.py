@@ -5,7 +5,9 @@ PySpark 4.0 floor by ``make test``. nsqd runs with ``--retention`` (docs/history
 from __future__ import annotations
 
 import time
+import urllib.request
 
+import orjson
 import pytest
 
 from helpers.servers import unique_name
@@ -15,6 +17,11 @@ from spark.nsq_spark_util import (
 )
 
 pytestmark = pytest.mark.timeout(300)
+
+
+def segments(http: str, topic: str) -> list:
+    with urllib.request.urlopen(f"http://{http}/history/segments?topic={topic}", timeout=10) as resp:
+        return orjson.loads(resp.read())["segments"]
 
 
 def _history(spark, http: str, topic: str, **options):
@@ -52,6 +59,21 @@ def test_batch_reads_the_history_the_same_way_twice(spark, nsqd_factory, lookupd
         "from": start_ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "to": end_ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}).collect()
     want = {b for ts, b in first if start_ts <= ts < end_ts}
     assert {bytes(r.body) for r in ranged} == want and len(ranged) == len(want) >= 1000
+
+
+def test_batch_splits_a_single_segment_so_every_core_works(spark, nsqd_factory):
+    """One segment of ~5 MB: the default plan (by bytes, over local[2]'s two cores) cuts it into
+    byte windows, and every message comes once whatever the windows are."""
+    node = nsqd_factory("--retention=1h")
+    topic = unique_name("oneseg")
+    expected = publish_n(node.tcp_address, topic, 20_000, chunk=7, size=200)  # 2,858 blocks
+    assert len(segments(node.http_address, topic)) == 1
+    for options, parts in (({}, 2), ({"partitionBytes": 1 << 20}, 5)):
+        df = _history(spark, node.http_address, topic, **options)
+        assert df.rdd.getNumPartitions() == parts
+        rows = df.select("id", "body").collect()
+        assert len(rows) == 20_000 and len({r.id for r in rows}) == 20_000
+        assert sorted(bytes(r.body) for r in rows) == sorted(expected)
 
 
 def test_batch_without_history_fails_naming_the_nsqd(spark, nsqd_factory, upstream_nsqd):

@@ -6,8 +6,9 @@ import pickle
 
 import pytest
 
-from nsqpy.client.history import EARLIEST, LATEST, RecordSplitter, encode_record
-from nsqpy.spark.batch import BatchConfig, HistorySlice, _arrow, is_batch_read
+from nsqpy.client.history import EARLIEST, LATEST, BlockSplitter, Segment
+from nsqpy.protocol.history_block import FramingError, encode_block
+from nsqpy.spark.batch import BatchConfig, HistorySlice, _arrow, is_batch_read, partition_segments
 from nsqpy.spark.arrow import arrow_schema
 from nsqpy.spark.source import SourceConfig
 
@@ -39,19 +40,26 @@ def test_starting_position_option():
         SourceConfig.from_options({**base, "startingPosition": "beginning"})
 
 
-def test_records_to_arrow_any_sizes():
-    """Bodies of 0..40 bytes (inline and out-of-line in Arrow's view layout), split anywhere."""
+@pytest.mark.parametrize("largest", [3, 60])  # small blocks: numpy per record; large: joins
+def test_blocks_to_arrow_any_sizes(largest):
+    """Blocks of 1..3 or 1..60 records, bodies of 0..40 bytes, the stream split anywhere."""
     recs = [(b"%016x" % i, bytes([65 + i % 26]) * (i % 41), 1_700_000_000_000_000_000 + 1000 * i) for i in range(300)]
-    stream = b"".join(encode_record(i, b, t) for i, b, t in recs)
+    blocks, at = [], 0
+    while at < len(recs):
+        group = recs[at:at + 1 + at % largest]
+        blocks.append(encode_block([r[0] for r in group], [r[1] for r in group], [r[2] for r in group]))
+        at += len(group)
+    stream = b"".join(blocks)
     part = HistorySlice("http://x", "127.0.0.1:4150", "t", (1,), EARLIEST, 10**19, 300)
     cfg = BatchConfig.from_options({"nsqd_http_addresses": "x:1", "topic": "t"})
     rows = []
-    sp = RecordSplitter()
+    sp = BlockSplitter()
     for at in range(0, len(stream), 997):
         sp.feed(stream[at : at + 997])
         batch = _arrow(sp, part, cfg, arrow_schema())
         if batch is not None:
             rows += batch.to_pylist()
+    sp.close()
     assert len(rows) == 300
     for row, (i, b, t) in zip(rows, recs):
         assert (row["id"], row["body"], row["attempts"], row["topic"], row["channel"], row["nsqd_address"]) == \
@@ -60,12 +68,56 @@ def test_records_to_arrow_any_sizes():
     assert pickle.loads(pickle.dumps(part)) == part
 
 
-def test_time_windows_cover_the_range_once():
-    from nsqpy.client.history import Segment
-    from nsqpy.spark.batch import time_windows
+def test_short_bodies_at_the_very_end_of_a_batch():
+    """Bodies inline in Arrow's view layout (<= 12 bytes), the last ones in the buffer's last
+    bytes, single-record blocks (numpy per record) and one block of them all (joins)."""
+    bodies = [b"", b"a", b"bc", b"0123456789abcdef", b"", b"xyz"]
+    ids = [b"%016d" % i for i in range(len(bodies))]
+    singles = b"".join(encode_block([i], [b], [7]) for i, b in zip(ids, bodies))
+    together = encode_block(ids * 2, bodies * 2, [7] * 12)
+    part = HistorySlice("http://x", "127.0.0.1:4150", "t", (1,), EARLIEST, 10**19, 6)
+    cfg = BatchConfig.from_options({"nsqd_http_addresses": "x:1", "topic": "t"})
+    for stream, want in ((singles, bodies), (together, bodies * 2)):
+        sp = BlockSplitter()
+        sp.feed(stream)
+        rows = _arrow(sp, part, cfg, arrow_schema()).to_pylist()
+        assert [r["body"] for r in rows] == want
 
-    seg = Segment(3, 1000, 1999, 500, 10)
-    wins = time_windows(seg, EARLIEST, 5000, 4)
-    assert wins == [(EARLIEST, 1250), (1250, 1500), (1500, 1750), (1750, 5000)]
-    assert time_windows(seg, 1600, 1800, 4) == [(1600, 1750), (1750, 1800)]
-    assert time_windows(Segment(1, 7, 7, 1, 1), EARLIEST, 8, 3) == [(EARLIEST, 8)]
+
+@pytest.mark.parametrize("n", [2, 20])
+def test_blocks_whose_sizes_do_not_fill_them_are_refused(n):
+    good = encode_block([b"%016d" % i for i in range(n)], [b"ab"] * n, list(range(n)))
+    block = bytearray(good)
+    block[16 + 8 * n + 3] = 3  # the first size says 3 bytes: the sizes add up to 2n + 1
+    sp = BlockSplitter()
+    sp.feed(good + bytes(block))
+    part = HistorySlice("http://x", "127.0.0.1:4150", "t", (1,), EARLIEST, 10**19, 2)
+    cfg = BatchConfig.from_options({"nsqd_http_addresses": "x:1", "topic": "t"})
+    with pytest.raises(FramingError, match=f"block at offset {len(good)}: its body sizes add up to "
+                                           f"{2 * n + 1} bytes, its bodies take {2 * n}"):
+        _arrow(sp, part, cfg, arrow_schema())
+
+
+def _plan(segs, parallelism=2, **options):
+    cfg = BatchConfig.from_options({"nsqd_http_addresses": "x:1", "topic": "t", **options})
+    return partition_segments(segs, cfg, parallelism)
+
+
+def test_partitions_by_bytes_every_core_works():
+    mib = 1 << 20
+    one = [Segment(7, 1, 2, 300_000, 64 * mib)]
+    # one large segment: a byte window per core (the last one open), each block in exactly one
+    assert _plan(one) == [((7,), (0, 32 * mib), 150_000), ((7,), (32 * mib, None), 150_000)]
+    assert len(_plan(one, parallelism=8)) == 8
+    # small segments go together, a large one is cut; the partitions stay in log order
+    segs = [Segment(1, 0, 0, 10, mib // 4), Segment(2, 0, 0, 10, mib // 4), Segment(3, 0, 0, 500, 10 * mib),
+            Segment(4, 0, 0, 10, mib // 2)]
+    assert _plan(segs, partitionBytes=str(4 * mib)) == [
+        ((1, 2), None, 20), ((3,), (0, 10 * mib // 3), 166), ((3,), (10 * mib // 3, 20 * mib // 3), 166),
+        ((3,), (20 * mib // 3, None), 166), ((4,), None, 10)]
+    # asked for: whole segments grouped, or each segment in windows
+    assert _plan(segs, segmentsPerPartition="3") == [((1, 2, 3), None, 520), ((4,), None, 10)]
+    assert [p[1] for p in _plan(one, partitionsPerSegment="3")] == [
+        (0, 64 * mib // 3), (64 * mib // 3, 2 * 64 * mib // 3), (2 * 64 * mib // 3, None)]
+    # a small topic: one partition (at least 1 MiB each by default)
+    assert _plan([Segment(1, 0, 0, 5, 5000)], parallelism=4) == [((1,), None, 5)]

@@ -6,8 +6,9 @@ channel: ``GET /history/segments`` (which segments hold a time range) and ``GET 
 
 * points (``earliest`` | ``latest`` | RFC 3339 | unix milliseconds): :func:`parse_point` checks
   one and turns it into nanoseconds, :func:`format_point` writes one for a URL;
-* the framing of ``/history/read`` (a 4-byte big-endian length, then the message in its V2
-  encoding): :class:`RecordSplitter` is sans-I/O, bytes in, record positions out;
+* the framing of ``/history/read`` (the log's blocks, columns by columns:
+  :mod:`nsqpy.protocol.history_block`): its :class:`BlockSplitter` is sans-I/O, bytes in, block
+  positions out, and :func:`messages` makes them messages for the tools;
 * the two routes, blocking (urllib: Spark's planner and executors are sync code) and asyncio
   (aiohttp: the tools).
 
@@ -18,7 +19,6 @@ or ours without retention. :class:`HistoryUnavailable` says so and names the nsq
 from __future__ import annotations
 
 import re
-import struct
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -29,19 +29,17 @@ from typing import Any, AsyncIterator, Iterator
 import orjson
 
 from nsqpy.client.httpauth import bearer, refusal
-from nsqpy.protocol.message import MESSAGE_HEADER_SIZE, Message, decode_message
+from nsqpy.protocol.history_block import CONTENT_TYPE, BlockSplitter, FramingError
+from nsqpy.protocol.message import Message
 
 EARLIEST = "earliest"
 LATEST = "latest"
 #: a point: EARLIEST, LATEST or nanoseconds since the epoch
 Point = str | int
 
-_LENGTH = struct.Struct(">I")
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)$"
 )
-#: the largest record a reader accepts (nsqd's --max-msg-size is far below)
-MAX_RECORD = 1 << 30
 
 
 # --- points ------------------------------------------------------------------------------------
@@ -89,78 +87,21 @@ def rfc3339(ns: int) -> str:
     return format_point(ns)
 
 
-# --- the framing -------------------------------------------------------------------------------
+# --- the framing ------------------------------------------------------------------------------
 
 
-class FramingError(ValueError):
-    """The stream is not ``/history/read``'s framing (or was cut inside a record)."""
+def messages(splitter: BlockSplitter) -> list[Message]:
+    """The messages of every complete block fed to ``splitter`` so far (attempts 1: a read
+    delivers nothing, as a first delivery would count)."""
+    return [Message(i, b, t, 1) for i, b, t in splitter.records()]
 
 
-class RecordSplitter:
-    """Sans-I/O: feed the bytes of a ``/history/read`` answer as they come, take records out.
-
-    :meth:`feed` appends to an internal buffer; :meth:`take` returns where every complete
-    record so far starts and drops them from the buffer, keeping a partial record for the next
-    feed. :meth:`messages` decodes them one by one for callers that want objects.
-    :meth:`close` raises FramingError if the stream ended inside a record."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-        self.records = 0
-        self.bytes = 0
-
-    def feed(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf += data
-        self.bytes += len(data)
-
-    @property
-    def pending(self) -> int:
-        """Bytes held that do not make a whole record yet."""
-        return len(self._buf)
-
-    def take(self) -> tuple[bytearray, list[int], int]:
-        """``(buffer, starts, stop)`` for every complete record so far: record i is
-        ``buffer[starts[i] + 4 : next start]`` (the last one ends at ``stop``). The lengths are
-        left to the caller (numpy gets them from the starts in one step, :meth:`messages` in
-        Python): this loop is the one sequential part of reading, each length saying where the
-        next record starts, so it does as little as it can per record."""
-        buf = self._buf
-        end = len(buf)
-        unpack = _LENGTH.unpack_from
-        starts: list[int] = []
-        append = starts.append
-        pos = 0
-        while pos + 4 <= end:
-            (length,) = unpack(buf, pos)
-            if length < MESSAGE_HEADER_SIZE or length > MAX_RECORD:
-                raise FramingError(f"record of {length} bytes at offset {self.bytes - end + pos}: "
-                                   f"not a message (at least {MESSAGE_HEADER_SIZE} bytes)")
-            nxt = pos + 4 + length
-            if nxt > end:
-                break
-            append(pos)
-            pos = nxt
-        self.records += len(starts)
-        self._buf = bytearray() if pos == end else buf[pos:]
-        return buf, starts, pos
-
-    def messages(self) -> list[Message]:
-        buf, starts, stop = self.take()
-        view = memoryview(buf)
-        ends = starts[1:] + [stop]
-        return [decode_message(view[s + 4 : e]) for s, e in zip(starts, ends)]
-
-    def close(self) -> None:
-        if self._buf:
-            raise FramingError(f"history stream ended inside a record ({len(self._buf)} bytes left)")
-
-
-def encode_record(msg_id: bytes, body: bytes, timestamp: int, attempts: int = 1) -> bytes:
-    """One record as ``/history/read`` sends it (for tests and tools that write the framing)."""
-    from nsqpy.protocol.message import encode_message
-
-    data = encode_message(msg_id, body, timestamp, attempts)
-    return _LENGTH.pack(len(data)) + data
+def check_framing(nsqd: str, content_type: str | None) -> None:
+    """FramingError unless the answer is in the block framing this reader reads (an nsqd of an
+    older nsqpy sends one record at a time)."""
+    if (content_type or "").split(";")[0].strip() != CONTENT_TYPE:
+        raise FramingError(f"nsqd {nsqd} answered /history/read with {content_type!r}, not "
+                           f"{CONTENT_TYPE}: an nsqpy nsqd older than this reader; upgrade it")
 
 
 # --- the HTTP routes ---------------------------------------------------------------------------
@@ -235,7 +176,8 @@ def http_base(address: str) -> str:
     return (address if "://" in address else "http://" + address).rstrip("/")
 
 
-def _params(topic: str, start: Point | None, end: Point | None, segment: int | None) -> str:
+def _params(topic: str, start: Point | None, end: Point | None, segment: int | None,
+            window: tuple[int, int | None] | None = None) -> str:
     params: dict[str, Any] = {"topic": topic}
     if start is not None:
         params["from"] = format_point(start)
@@ -243,6 +185,10 @@ def _params(topic: str, start: Point | None, end: Point | None, segment: int | N
         params["to"] = format_point(end)
     if segment is not None:
         params["segment"] = segment
+    if window is not None:  # the segment's blocks that start in [byte_from, byte_to)
+        params["byte_from"] = window[0]
+        if window[1] is not None:
+            params["byte_to"] = window[1]
     return urllib.parse.urlencode(params)
 
 
@@ -251,8 +197,8 @@ def segments_url(nsqd: str, topic: str, start: Point | None = None, end: Point |
 
 
 def read_url(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
-             segment: int | None = None) -> str:
-    return f"{http_base(nsqd)}/history/read?{_params(topic, start, end, segment)}"
+             segment: int | None = None, window: tuple[int, int | None] | None = None) -> str:
+    return f"{http_base(nsqd)}/history/read?{_params(topic, start, end, segment, window)}"
 
 
 def _error(nsqd: str, status: int, body: bytes, route: str) -> HistoryError:
@@ -291,11 +237,14 @@ def fetch_segments(nsqd: str, topic: str, start: Point | None = None, end: Point
 
 def stream_chunks(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
                   segment: int | None = None, chunk: int = 1 << 20, timeout: float = 60.0,
+                  window: tuple[int, int | None] | None = None,
                   secret: str | None = None) -> Iterator[bytes]:
-    """The raw bytes of ``/history/read`` (blocking), as they arrive."""
+    """The raw bytes of ``/history/read`` (blocking), as they arrive; ``window``: of
+    ``segment``, the blocks that start in ``[byte_from, byte_to)``."""
     base = http_base(nsqd)
-    with _open(read_url(base, topic, start, end, segment), base, "/history/read", timeout,
+    with _open(read_url(base, topic, start, end, segment, window), base, "/history/read", timeout,
                secret) as resp:
+        check_framing(base, resp.headers.get("Content-Type"))
         while True:
             data = resp.read1(chunk)
             if not data:
@@ -307,10 +256,10 @@ def read_messages(nsqd: str, topic: str, start: Point | None = None, end: Point 
                   segment: int | None = None, timeout: float = 60.0,
                   secret: str | None = None) -> Iterator[Message]:
     """The messages of a range on one nsqd, in log order (blocking)."""
-    splitter = RecordSplitter()
+    splitter = BlockSplitter()
     for data in stream_chunks(nsqd, topic, start, end, segment, timeout=timeout, secret=secret):
         splitter.feed(data)
-        yield from splitter.messages()
+        yield from messages(splitter)
     splitter.close()
 
 
@@ -336,14 +285,15 @@ async def aread_messages(session: Any, nsqd: str, topic: str, start: Point | Non
                          secret: str | None = None) -> AsyncIterator[list[Message]]:
     """The messages of a range on one nsqd, a list per network read (aiohttp)."""
     base = http_base(nsqd)
-    splitter = RecordSplitter()
+    splitter = BlockSplitter()
     async with session.get(read_url(base, topic, start, end, segment),
                            headers=bearer(secret)) as resp:
         if resp.status != 200:
             raise _error(base, resp.status, await resp.read(), "/history/read")
+        check_framing(base, resp.headers.get("Content-Type"))
         async for data in resp.content.iter_any():
             splitter.feed(data)
-            batch = splitter.messages()
+            batch = messages(splitter)
             if batch:
                 yield batch
     splitter.close()
@@ -360,8 +310,8 @@ def resolve_end(history: TopicHistory, end: Point) -> int:
 
 
 __all__ = [
-    "EARLIEST", "LATEST", "FramingError", "HistoryError", "HistoryUnavailable", "Point",
-    "RecordSplitter", "Segment", "TopicHistory", "afetch_segments", "aread_messages",
-    "encode_record", "fetch_segments", "format_point", "http_base", "parse_point",
-    "read_messages", "read_url", "resolve_end", "rfc3339", "segments_url", "stream_chunks",
+    "EARLIEST", "LATEST", "BlockSplitter", "FramingError", "HistoryError", "HistoryUnavailable",
+    "Point", "Segment", "TopicHistory", "afetch_segments", "aread_messages", "check_framing",
+    "fetch_segments", "format_point", "http_base", "messages", "parse_point", "read_messages",
+    "read_url", "resolve_end", "rfc3339", "segments_url", "stream_chunks",
 ]

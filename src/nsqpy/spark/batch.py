@@ -3,14 +3,18 @@
 
 Planning (the driver): ask ``/history/segments`` on every nsqd of the topic (``nsqd_http_addresses``,
 or the producers nsqlookupd lists), fix the range's end on each (``to=latest`` becomes "just after
-that nsqd's newest message now"), and make one partition per (nsqd, group of
-``segmentsPerPartition`` segments). The plan is made once per DataFrame, when Spark asks for its
+that nsqd's newest message now"), and make partitions of about ``partitionBytes`` each (by
+default the topic's bytes over the executors' cores, 1-64 MiB): small segments together, a large
+one cut into byte windows (the blocks that start in each), so every core has work even for a
+topic with one segment. ``segmentsPerPartition`` / ``partitionsPerSegment`` ask for whole
+segments grouped, or each segment cut in that many windows. The plan is made once per DataFrame, when Spark asks for its
 schema (``load()``), and kept in the pickled data source: every action on the same DataFrame reads
 the same rows. An nsqd without history (upstream's, or ours without ``--retention``) fails the
 plan with an error naming it.
 
-Reading (the executors): ``/history/read?segment=N&from=&to=`` per segment, the stream split into
-records and turned into Arrow record batches of ~``batchBytes`` without a Python object per row.
+Reading (the executors): ``/history/read?segment=N&from=&to=[&byte_from=&byte_to=]`` per segment
+or window: nsqd sends the log's blocks as stored, the stream is split into blocks and each run of
+~``batchBytes`` becomes an Arrow record batch by columns (one Python step per block, none per row).
 Columns are the streaming source's (``attempts`` is 1, ``channel`` null unless the option is set).
 """
 
@@ -23,21 +27,25 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from nsqpy.client.history import (
-    EARLIEST, LATEST, HistoryError, HistoryUnavailable, Point, RecordSplitter, fetch_segments,
+    EARLIEST, LATEST, BlockSplitter, HistoryError, HistoryUnavailable, Point, fetch_segments,
     parse_point, resolve_end, stream_chunks,
 )
 from nsqpy.client.addr import parse_address
 from nsqpy.common.addr import join_host_port
 from nsqpy.protocol.names import is_valid_name
 
-from .arrow import arrow_schema, record_batch_from_frames
+from .arrow import arrow_schema, record_batch_from_blocks
 from .nodes import Node, NsqdHttpError, http_call, lookupd_nodes
 from .options import CONNECTION_KEYS, Options
 
 log = logging.getLogger("nsqpy.spark")
 
 BATCH_KEYS = {"topic", "channel", "lookupdHttpAddresses", "nsqdHttpAddresses", "nsqdTcpAddresses",
-              "from", "to", "segmentsPerPartition", "partitionsPerSegment", "batchBytes", "httpTimeoutMs"}
+              "from", "to", "segmentsPerPartition", "partitionsPerSegment", "partitionBytes", "batchBytes",
+              "httpTimeoutMs"}
+#: the default partition size: the topic's bytes over the executors' cores, within these bounds
+MIN_PARTITION_BYTES = 1 << 20
+MAX_PARTITION_BYTES = 64 << 20
 
 
 def is_batch_read(raw: Any) -> bool:
@@ -54,11 +62,12 @@ class BatchConfig:
     nsqd_http: list[str]
     start: Point
     end: Point
-    segments_per_partition: int
+    segments_per_partition: int  # (0: not asked; partitions by bytes)
     partitions_per_segment: int
     batch_bytes: int
     timeout: float
     auth_secret: str | None = None  # option authSecret: for nsqd with an auth server
+    partition_bytes: int = 0  # (0: from the topic's size and the cores)
 
     @classmethod
     def from_options(cls, raw: Any, extra_keys: set[str] = frozenset()) -> BatchConfig:  # type: ignore[assignment]
@@ -78,16 +87,18 @@ class BatchConfig:
             raise ValueError("nsq option 'from' cannot be latest in a batch read (nothing would be read)")
         return cls(topic=topic, channel=opts.get("channel"), lookupd_http=lookupd, nsqd_http=nsqd_http,
                    start=start, end=end,
-                   segments_per_partition=opts.get_int("segmentsPerPartition", 1, 1),
+                   segments_per_partition=opts.get_int("segmentsPerPartition", 0, 1),
                    partitions_per_segment=opts.get_int("partitionsPerSegment", 1, 1),
                    batch_bytes=opts.get_int("batchBytes", 8 << 20, 1024),
                    timeout=opts.get_int("httpTimeoutMs", 60000, 100) / 1000.0,
-                   auth_secret=opts.get("authSecret"))
+                   auth_secret=opts.get("authSecret"),
+                   partition_bytes=opts.get_int("partitionBytes", 0, 1024))
 
 
 @dataclass(frozen=True)
 class HistorySlice:
-    """One partition: some segments of the topic on one nsqd, and the fixed range to read."""
+    """One partition: some segments of the topic on one nsqd (or a byte window of one), and the
+    fixed range to read."""
 
     http: str
     tcp: str
@@ -95,7 +106,9 @@ class HistorySlice:
     segments: tuple[int, ...]
     start: Point
     end: int
-    count: int  # messages the segments hold (all of them, not only the range's)
+    count: int  # messages the segments hold (all of them, not only the range's; a window's share)
+    #: of the one segment, the blocks that start in ``[byte_from, byte_to)`` (None: to its end)
+    window: tuple[int, int | None] | None = None
 
 
 def _http_nodes(cfg: BatchConfig) -> list[Node]:
@@ -121,9 +134,10 @@ def _http_nodes(cfg: BatchConfig) -> list[Node]:
     return list(nodes.values())
 
 
-def plan(cfg: BatchConfig) -> list[HistorySlice]:
-    """Every (nsqd, segment group) of the range, its end fixed now. Fails, naming the nsqd, when
-    one keeps no history or refuses the range."""
+def plan(cfg: BatchConfig, parallelism: int = 2) -> list[HistorySlice]:
+    """Every partition of the range on every nsqd, its end fixed now (``parallelism``: the
+    executors' cores, which the default partition size spreads the topic over). Fails, naming
+    the nsqd, when one keeps no history or refuses the range."""
     slices: list[HistorySlice] = []
     for node in _http_nodes(cfg):
         try:
@@ -140,45 +154,63 @@ def plan(cfg: BatchConfig) -> list[HistorySlice]:
             raise RuntimeError(f"format('nsq') batch read: cannot reach nsqd {node.http}: {err}") from None
         end = resolve_end(history, cfg.end)
         segs = [s for s in history.segments if s.count > 0]
-        if cfg.partitions_per_segment > 1:
-            for seg in segs:
-                for start, stop in time_windows(seg, cfg.start, end, cfg.partitions_per_segment):
-                    slices.append(HistorySlice(node.http, node.tcp, cfg.topic, (seg.segment,), start, stop,
-                                               seg.count // cfg.partitions_per_segment))
-            continue
-        step = cfg.segments_per_partition
-        for i in range(0, len(segs), step):
-            group = segs[i : i + step]
-            slices.append(HistorySlice(node.http, node.tcp, cfg.topic, tuple(s.segment for s in group),
-                                       cfg.start, end, sum(s.count for s in group)))
+        for group, window, count in partition_segments(segs, cfg, parallelism):
+            slices.append(HistorySlice(node.http, node.tcp, cfg.topic, group, cfg.start, end, count, window))
     log.info("nsq batch read of %s: %d partitions over %d nsqd", cfg.topic, len(slices),
              len({s.http for s in slices}))
     return slices
 
 
-def time_windows(seg: Any, start: Point, end: int, parts: int) -> list[tuple[Point, int]]:
-    """``[start, end)`` cut into ``parts`` windows at equal steps of the segment's time span: each
-    record of the segment falls in exactly one (the first window starts at ``start``, the last
-    ends at ``end``, whatever order the timestamps are in), so the slices read it once."""
-    lo, hi = seg.first_timestamp, seg.last_timestamp + 1
-    cuts = sorted({lo + (hi - lo) * i // parts for i in range(1, parts)} - {lo})
-    if not isinstance(start, str):
-        cuts = [c for c in cuts if c > start]
-    cuts = [c for c in cuts if c < end]
-    bounds: list[Point] = [start, *cuts]
-    return [(bounds[i], cuts[i] if i < len(cuts) else end) for i in range(len(bounds))]
+def partition_segments(segs: list[Any], cfg: BatchConfig, parallelism: int
+                       ) -> list[tuple[tuple[int, ...], tuple[int, int | None] | None, int]]:
+    """``(segments, byte window, messages)`` per partition: ``segmentsPerPartition`` whole
+    segments, or each segment in ``partitionsPerSegment`` windows, or (neither asked) about
+    ``partitionBytes`` each: consecutive small segments together, a larger one in windows."""
+    if cfg.segments_per_partition:
+        step = cfg.segments_per_partition
+        return [(tuple(s.segment for s in segs[i:i + step]), None, sum(s.count for s in segs[i:i + step]))
+                for i in range(0, len(segs), step)]
+    if cfg.partitions_per_segment > 1:
+        return [piece for seg in segs for piece in byte_windows(seg, cfg.partitions_per_segment)]
+    target = cfg.partition_bytes or min(MAX_PARTITION_BYTES, max(
+        MIN_PARTITION_BYTES, -(-sum(s.bytes for s in segs) // max(1, parallelism))))
+    out: list[tuple[tuple[int, ...], tuple[int, int | None] | None, int]] = []
+    group: list[Any] = []
+    for seg in segs:
+        if group and sum(s.bytes for s in group) + seg.bytes > target:
+            out.append((tuple(s.segment for s in group), None, sum(s.count for s in group)))
+            group = []
+        if seg.bytes > target:
+            out += byte_windows(seg, -(-seg.bytes // target))
+        else:
+            group.append(seg)
+    if group:
+        out.append((tuple(s.segment for s in group), None, sum(s.count for s in group)))
+    return out
+
+
+def byte_windows(seg: Any, parts: int) -> list[tuple[tuple[int, ...], tuple[int, int | None] | None, int]]:
+    """A segment in ``parts`` windows of equal bytes; nsqd gives each the blocks that start in
+    it, so every block is read once; the last window is open (what was appended since the plan
+    is past the range's fixed end anyway)."""
+    if parts <= 1:
+        return [((seg.segment,), None, seg.count)]
+    cuts = [seg.bytes * i // parts for i in range(parts)]
+    return [((seg.segment,), (cut, cuts[i + 1] if i + 1 < parts else None), seg.count // parts)
+            for i, cut in enumerate(cuts)]
 
 
 class NsqHistoryReader(DataSourceReader):
     """Spark's batch reader: the plan made on the driver, the slices read on the executors."""
 
-    def __init__(self, config: BatchConfig, slices: list[HistorySlice] | None) -> None:
+    def __init__(self, config: BatchConfig, slices: list[HistorySlice] | None, parallelism: int = 2) -> None:
         self.config = config
         self.slices = slices
+        self.parallelism = parallelism
 
     def partitions(self) -> list[InputPartition]:
         if self.slices is None:  # a user-given schema skipped DataSource.schema(): plan now
-            self.slices = plan(self.config)
+            self.slices = plan(self.config, self.parallelism)
         return [InputPartition(s) for s in self.slices]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -189,10 +221,11 @@ def read_slice(part: HistorySlice, cfg: BatchConfig) -> Iterator[Any]:
     """Arrow record batches of one slice, read segment by segment."""
     schema = arrow_schema()
     for segment in part.segments:
-        splitter = RecordSplitter()
+        splitter = BlockSplitter()
         try:
             for data in stream_chunks(part.http, part.topic, part.start, part.end, segment,
-                                      chunk=1 << 20, timeout=cfg.timeout, secret=cfg.auth_secret):
+                                      chunk=1 << 20, timeout=cfg.timeout, window=part.window,
+                                      secret=cfg.auth_secret):
                 splitter.feed(data)
                 if splitter.pending >= cfg.batch_bytes:
                     batch = _arrow(splitter, part, cfg, schema)
@@ -210,16 +243,8 @@ def read_slice(part: HistorySlice, cfg: BatchConfig) -> Iterator[Any]:
             yield batch
 
 
-def _arrow(splitter: RecordSplitter, part: HistorySlice, cfg: BatchConfig, schema: Any) -> Any:
-    import numpy as np
-
-    buf, starts, stop = splitter.take()
+def _arrow(splitter: BlockSplitter, part: HistorySlice, cfg: BatchConfig, schema: Any) -> Any:
+    buf, starts, counts, stop = splitter.take()
     if not starts:
         return None
-    at = np.array(starts, np.int64)
-    sizes = np.diff(at, append=stop) - 4  # each record's length field
-    # record_batch_from_frames reads TCP message frames ([size:4][type:4][message]): a record
-    # ([length:4][message]) starting at `s` has its message where a frame starting at s - 4,
-    # of size length + 4, would
-    return record_batch_from_frames(buf, at - 4, sizes + 4,
-                                    part.tcp, part.topic, cfg.channel, schema)  # type: ignore[arg-type]
+    return record_batch_from_blocks(buf, starts, counts, stop, part.tcp, part.topic, cfg.channel, schema)

@@ -219,7 +219,7 @@ class NsqDataSource(DataSource):
             if "_slices" not in self.__dict__:
                 from .batch import BatchConfig, plan
 
-                self._slices = plan(BatchConfig.from_options(self.options))
+                self._slices = plan(BatchConfig.from_options(self.options), type(self).default_parallelism)
             return SCHEMA
         cfg = SourceConfig.from_options(self.options)
         self._reader_mode(cfg)
@@ -255,7 +255,7 @@ class NsqDataSource(DataSource):
         from .batch import BatchConfig, NsqHistoryReader
 
         return NsqHistoryReader(BatchConfig.from_options(self.options, SOURCE_KEYS),
-                                self.__dict__.get("_slices"))
+                                self.__dict__.get("_slices"), type(self).default_parallelism)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from .sink import NsqWriter

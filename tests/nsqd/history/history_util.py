@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 import urllib.error
 import urllib.request
 
@@ -10,7 +9,8 @@ import orjson
 
 from helpers.nsqd_http import stats
 from helpers.wire import Wire
-from nsqpy.protocol.message import decode_message
+from nsqpy.protocol.history_block import CONTENT_TYPE, BlockSplitter
+from nsqpy.protocol.message import Message
 
 
 def call(node, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
@@ -31,15 +31,24 @@ def segments(node, topic: str, query: str = "") -> dict:
 
 
 def read(node, topic: str, query: str = "") -> list:
-    """The decoded records of ``/history/read`` (``nsqpy.protocol.message.Message``)."""
-    status, body = call(node, "GET", f"/history/read?topic={topic}{query}")
-    assert status == 200, (status, body)
-    out, pos = [], 0
-    while pos < len(body):
-        (n,) = struct.unpack_from(">I", body, pos)
-        out.append(decode_message(body[pos + 4:pos + 4 + n]))
-        pos += 4 + n
-    assert pos == len(body)
+    """The records of ``/history/read`` (``nsqpy.protocol.message.Message``, attempts 1)."""
+    return [Message(i, b, t, 1) for i, b, t in read_records(node, topic, query)]
+
+
+def read_blocks(node, topic: str, query: str = "") -> bytes:
+    """The raw answer of ``/history/read`` (checked to be in the block framing)."""
+    req = urllib.request.Request(f"http://{node.http_address}/history/read?topic={topic}{query}")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.headers["Content-Type"] == CONTENT_TYPE
+        return resp.read()
+
+
+def read_records(node, topic: str, query: str = "") -> list[tuple[bytes, bytes, int]]:
+    """``(id, body, timestamp)`` of every record of ``/history/read``, in the order sent."""
+    splitter = BlockSplitter()
+    splitter.feed(read_blocks(node, topic, query))
+    out = splitter.records()
+    splitter.close()
     return out
 
 

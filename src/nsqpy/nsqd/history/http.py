@@ -8,25 +8,27 @@ timestamp, as RFC 3339 in the message and as ``oldest``/``oldest_timestamp`` key
 from __future__ import annotations
 
 import asyncio
-import struct
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Callable
 
 from ...common.goweb import ApiError, first_value, go_json, topic_channel_args
 from ...common.http_api import v1_error, v1_json
 from ...httpserver import Request
+from ...protocol.history_block import CONTENT_TYPE
 from ...protocol.names import is_ephemeral, is_valid_name
 from ...httpserver import DRAIN
 from ..auth.needs import SUBSCRIBE, on_channel, on_channel_unless, on_topic
 from ..http import EMPTY, Route
-from .log import Cursor, Log
+from .blocks import RangeRead, plan_read
+from .log import Log
 from .points import EARLIEST, LATEST, parse_point, rfc3339
 from .replay import start_replay
 
 if TYPE_CHECKING:
     from ..http import NsqdHTTP
 
-#: a history read's record: length, then the V2 message (timestamp, attempts 1, id, body)
-_OUT = struct.Struct(">IqH")
+#: what a read that failed midway sends last: a block head announcing more than ever comes
+_BROKEN_OFF = b"\xff" * 8
 _HIGH_WATER = 4 << 20  # a reader slower than us: wait while this much is unsent
 _LOW_WATER = 1 << 20
 
@@ -125,7 +127,8 @@ def history_routes(api: "NsqdHTTP") -> list[Route]:
                 raise ApiError(404, "SEGMENT_NOT_FOUND")
             start = (seg.sid, seg.seek(frm))
             stop = min(stop, (seg.sid, seg.size))
-        return _stream(request, Cursor(log, *start, stop=stop), frm, to)
+        spans = plan_read(log, frm, to, start, stop, _byte_window(query, raw_segment))
+        return _stream(request, RangeRead(spans, frm, to), nsqd.history.readers, nsqd.logger)
 
     def channel_create(request: Request) -> Any:
         query = api.query(request, reads_body=True)
@@ -171,37 +174,52 @@ def history_routes(api: "NsqdHTTP") -> list[Route]:
     ]
 
 
-async def _stream(request: Request, cursor: Cursor, frm: int, to: int) -> Any:
-    """The records, written to the connection as they are read: the answer has no length and
-    ends when the connection closes (``Connection: close``)."""
+def _byte_window(query: dict[str, list[str]], segment: str | None) -> tuple[int, int] | None:
+    """``byte_from``/``byte_to``: the blocks of the segment that start in ``[from, to)``
+    (either may be left out: the segment's start, its end)."""
+    raw = {key: first_value(query, key) for key in ("byte_from", "byte_to")}
+    if raw["byte_from"] is None and raw["byte_to"] is None:
+        return None
+    if segment is None:
+        raise ApiError(400, "MISSING_ARG_SEGMENT")
+    bounds = []
+    for key, default in (("byte_from", 0), ("byte_to", 1 << 62)):
+        text = raw[key]
+        if text is not None and not (text.isascii() and text.isdigit() and len(text) < 19):
+            raise ApiError(400, f"INVALID_{key.upper()}")
+        bounds.append(default if text is None else int(text))
+    return bounds[0], bounds[1]
+
+
+async def _stream(request: Request, reader: RangeRead, pool: Executor, logger: Any) -> Any:
+    """The blocks, written to the connection as the reader thread reads them (one piece read
+    ahead): the answer has no length and ends when the connection closes
+    (``Connection: close``)."""
     transport = request.conn.transport  # type: ignore[attr-defined]
     version = b"HTTP/1.1" if request.http11 else b"HTTP/1.0"
-    transport.write(version + b" 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                    b"Connection: close\r\n\r\n")
-    pack = _OUT.pack
+    transport.write(version + b" 200 OK\r\nContent-Type: " + CONTENT_TYPE.encode()
+                    + b"\r\nConnection: close\r\n\r\n")
+    loop = asyncio.get_running_loop()
+    pending = loop.run_in_executor(pool, reader.next_piece)
     try:
-        for recs in cursor:
-            parts: list[bytes] = []
-            extend = parts.extend
-            last_ts = last_n = -1
-            head = b""
-            for mid, body, ts, _delay in recs:
-                if frm <= ts < to:
-                    n = len(body)
-                    if ts != last_ts or n != last_n:  # (an MPUB's records share one head)
-                        head, last_ts, last_n = pack(n + 26, ts, 1), ts, n
-                    extend((head, mid, body))
-            if parts:
-                transport.write(b"".join(parts))
-            if transport.is_closing():
+        while True:
+            try:
+                piece = await pending
+            except Exception as err:  # (a failed read, a damaged block: the 200 head is out)
+                logger.error("HISTORY: /history/read failed - %s", err)
+                # the answer ends inside a block: every reader fails (FramingError), none
+                # takes what came for a shorter range
+                transport.write(_BROKEN_OFF)
                 break
+            if piece is None or transport.is_closing():
+                break
+            pending = loop.run_in_executor(pool, reader.next_piece)
+            transport.write(piece)
             if transport.get_write_buffer_size() > _HIGH_WATER:
                 while (transport.get_write_buffer_size() > _LOW_WATER
                        and not transport.is_closing()):
                     await asyncio.sleep(0.002)
-            else:
-                await asyncio.sleep(0)  # publishers go on between chunks
-    finally:
-        cursor.close()
+    finally:  # the reader's file is closed once its last read returned
+        pending.add_done_callback(lambda _: reader.close())
     request.raw = b""  # the answer is written: the connection closes after it
     return EMPTY

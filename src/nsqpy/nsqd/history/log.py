@@ -128,8 +128,14 @@ def parse_block(data: bytes, out: list) -> None:
     spos = COUNT.size + 8 * n
     ipos = spos + 4 * n
     bpos = ipos + 16 * n
-    tss: list = []
-    _TSS.unpack_into(tss, data, COUNT.size, n)
+    first = TS.unpack_from(data, COUNT.size)[0]
+    if data[COUNT.size:spos] == data[COUNT.size:COUNT.size + 8] * n:
+        # one publish, one timestamp: one int object for the run (a channel packs one frame head
+        # for it, ``Channel._send``), compared as bytes rather than unpacked n times
+        tss: Any = repeat(first, n)
+    else:
+        tss = []
+        _TSS.unpack_into(tss, data, COUNT.size, n)
     sizes: list = []
     _SIZES.unpack_into(sizes, data, spos, n)
     ids: list = []

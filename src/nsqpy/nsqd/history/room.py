@@ -28,6 +28,9 @@ class History:
         # ahead: a roll must find its file made, not queued behind a thousand topics' fsyncs
         self.executor = ThreadPoolExecutor(2, thread_name_prefix="history")
         self.ahead = ThreadPoolExecutor(1, thread_name_prefix="history-ahead")
+        #: ``/history/read``'s preads (blocks.py): never queued behind fsyncs, and the reads of
+        #: two readers (a Spark job's tasks) go on side by side
+        self.readers = ThreadPoolExecutor(2, thread_name_prefix="history-read")
         nsqd.keep_task(nsqd.loop.create_task(self._tick_loop()))
 
     def retain(self, topic: Any, retention_ns: int, retention_bytes: int) -> None:
