@@ -145,7 +145,7 @@ def test_nsqd_identify_and_stats(sides, body):
             stats = b""
             if answer.endswith(b"<open>"):  # accepted: subscribe, then look at it in /stats
                 sock.sendall(f"SUB json {channel}\n".encode())
-                answer += read_until_quiet(sock, 0.3)
+                answer += read_until_quiet(sock, 1.0)  # (a loaded machine answers late)
                 stats = _get(side.nsqd_http, f"/stats?format=json&topic=json&channel={channel}"
                                              "&include_mem=false")
             return side.mask_ports(answer), _mask(side, stats)
@@ -204,7 +204,7 @@ def test_lookupd_identify_nodes_lookup_debug(sides, body):
             pages = []
             if answer.endswith(b"<open>"):
                 sock.sendall(f"REGISTER {topic} ch\n".encode())
-                answer += read_until_quiet(sock, 0.3)
+                answer += read_until_quiet(sock, 1.0)  # (a loaded machine answers late)
                 for path in ("/nodes", f"/lookup?topic={topic}", "/debug"):
                     pages.append(_mask(side, _get(side.lookupd_http, path)))
             return _mask(side, answer), pages
