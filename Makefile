@@ -9,7 +9,7 @@ SPARK_MIN := 4.0.*
 VENV_MIN := .venv-spark-min
 STAMP_MIN := $(VENV_MIN)/.installed
 
-.PHONY: run test test-pythons test-quick bench clean setup browser graphite prometheus fuse golang wrk
+.PHONY: run test test-pythons test-quick record-upstream bench clean setup browser graphite prometheus fuse golang wrk
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -110,6 +110,17 @@ test-pythons: tests/js/node_modules/.installed golang
 # smoke test per daemon and utility, listed in tests/quick.args.
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=5 @tests/quick.args
+
+# Upstream's answers as data (tests/recordings; tests/helpers/recording.py): the side-by-side tests
+# run live against upstream's binaries ($$NSQ_UPSTREAM_BIN) and write what upstream answered, so a
+# change shows in `git diff`. The whole set is rewritten (a test gone takes its recording along);
+# PYTEST_ARGS narrows the run and then only those recordings change.
+RECORDED_TESTS = $(shell grep -rlE --include='test_*.py' \
+  'helpers\.recording|helpers\.upstream|tools\.sidebyside|admin\.upstream_util|upstream_nsqd' tests | sort)
+record-upstream: $(STAMP)
+	@[ -d "$$NSQ_UPSTREAM_BIN" ] || { echo "record-upstream: set NSQ_UPSTREAM_BIN to the directory of upstream v1.3.0's binaries (docs/testing.md)"; exit 2; }
+	@[ -n "$(PYTEST_ARGS)" ] || rm -rf tests/recordings
+	NSQ_RECORD_UPSTREAM=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) $(or $(PYTEST_ARGS),$(RECORDED_TESTS))
 
 # wrk (Debian's package) for bench/http_bench.py: installed when missing and we may (root)
 wrk:

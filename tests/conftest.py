@@ -9,7 +9,7 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from helpers import gooracle, groups, powercut, upstream
+from helpers import gooracle, groups, powercut, recording, upstream
 from helpers.servers import Nsqd
 
 # Every JVM the tests start (Spark sessions, drivers, a standalone master, worker and executors,
@@ -35,25 +35,39 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_runtest_protocol(item, nextitem):
     """A serial test waits here for the others to finish, outside pytest-timeout's clock; a run
     of serial tests holds the others off from its first test to its last."""
+    recording.track(item)  # upstream's recorded answers it compares are counted in its report
     with groups.exclusion(item, nextitem):
         yield
 
 
+def pytest_sessionfinish(session):
+    """``make record-upstream``: the recordings that got upstream's answers are written (by each
+    xdist worker for the modules it ran)."""
+    recording.write_recorded()
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter):
-    """Side-by-side tests skipped for want of upstream's binaries: one line at the end, after the
-    short summary (which leaves them out), instead of one line each."""
+    """The side-by-side tests at the end, after the short summary (which leaves their skips
+    out): how many compared ours with upstream's recorded answers or with its binaries live, and
+    how many skipped for want of upstream's binaries (0 when every one has a recording)."""
     stats = terminalreporter.stats
     skipped = stats.get("skipped", [])
     ours = [rep for rep in skipped if upstream.is_side_by_side_skip(rep)]
-    if ours:
-        stats["skipped"] = [rep for rep in skipped if not upstream.is_side_by_side_skip(rep)]
+    live_only = [rep for rep in skipped if upstream.is_live_only_skip(rep)]
+    if ours or live_only:
+        stats["skipped"] = [rep for rep in skipped if rep not in ours and rep not in live_only]
+    used = recording.counts(rep for reports in stats.values() for rep in reports)
     try:
         return (yield)
     finally:
-        if ours:
-            stats["skipped"] = skipped  # the closing counts include them
-            terminalreporter.write_line(upstream.skipped_summary(len(ours)), yellow=True)
+        stats["skipped"] = skipped  # the closing counts include them
+        for line in recording.summary(used):
+            terminalreporter.write_line(line)
+        if live_only:
+            terminalreporter.write_line(upstream.live_only_summary(len(live_only)))
+        if ours or live_only or used[recording.REPLAYED] or used[recording.LIVE]:
+            terminalreporter.write_line(upstream.skipped_summary(len(ours)), yellow=bool(ours))
 
 
 @pytest.fixture(scope="session")

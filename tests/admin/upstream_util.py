@@ -2,8 +2,11 @@
 
 The cluster holds nsqlookupd (ours), one upstream v1.3.0 nsqd and one of ours; an upstream
 nsqadmin and ours run with the same flags against it (and post their notifications to one sink).
-Upstream's binaries come from ``NSQ_UPSTREAM_BIN`` (``helpers.upstream``); without them the
-differential tests skip.
+Upstream's binaries come from ``NSQ_UPSTREAM_BIN`` (``helpers.upstream``). Without them a second
+nsqd of ours stands in for upstream's, and our nsqadmin's answers are compared with upstream
+nsqadmin's as recorded (``tests/recordings/http/``, ``helpers.recording``): both in a canonical
+form (``canonical``), ports by role, the host name masked, every list sorted, as Go's map order
+and the order answers arrive make upstream's orders vary.
 
 Answers are compared as ``(status, headers that matter, body)``, bodies as JSON where they are
 JSON, with the fields that depend on the clock masked (``connect_ts``, ``connected``,
@@ -12,15 +15,18 @@ JSON, with the fields that depend on the clock masked (``connect_ts``, ``connect
 
 from __future__ import annotations
 
+import difflib
 import http.client
 import json
 import re
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from admin.admin_util import NotificationSink, NsqAdmin
+from helpers.recording import Recording, current_test, encode
 from helpers.servers import Nsqd, Nsqlookupd, ServerProcess, free_port
 from helpers.upstream import have, skip_reason, upstream_dir
 
@@ -140,21 +146,92 @@ def rename(value: Any, old: str, new: str) -> Any:
 @dataclass
 class PairCluster:
     lookupd: Nsqlookupd
-    up_nsqd: UpstreamNsqd
+    up_nsqd: UpstreamNsqd | Nsqd  # ours in its place without upstream's binaries
     py_nsqd: Nsqd
-    up_admin: UpstreamNsqAdmin
+    up_admin: UpstreamNsqAdmin | None  # None without upstream's binaries: recorded answers
     py_admin: NsqAdmin
     sink: NotificationSink
     procs: list[ServerProcess]
+    dead_port: int | None = None  # a registered nsqd that is not there (the tests' own)
 
     @property
     def nodes(self) -> list[Any]:
         return [self.up_nsqd, self.py_nsqd]
 
+    def roles(self) -> dict[int, str]:
+        """Each port of the cluster by its role (the same in every run and on both sides)."""
+        out = {self.lookupd.tcp_port: "<lookupd-tcp>", self.lookupd.http_port: "<lookupd-http>",
+               self.up_nsqd.tcp_port: "<nsqd-a-tcp>", self.up_nsqd.http_port: "<nsqd-a-http>",
+               self.py_nsqd.tcp_port: "<nsqd-b-tcp>", self.py_nsqd.http_port: "<nsqd-b-http>"}
+        for admin in (self.up_admin, self.py_admin):
+            if admin is not None:
+                out[admin.http_port] = "<admin-port>"
+        if self.dead_port is not None:
+            out[self.dead_port] = "<dead>"
+        out[int(self.sink.url.rsplit(":", 1)[1].split("/")[0])] = "<sink>"
+        return out
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()
         self.sink.close()
+
+
+LATENCIES = {"average", "min", "max", "value"}
+
+
+def canonical(value: Any, roles: dict[int, str]) -> Any:
+    """``value`` as recorded: ports by role (as numbers and in ``host:port`` strings), the
+    machine's host name and measured latencies masked, every list sorted."""
+    if isinstance(value, Answer):
+        return (value.status, canonical(value.headers, roles), canonical(value.body, roles))
+    if isinstance(value, dict):
+        if "quantile" in value:  # an e2e latency percentile: how long messages took this time
+            value = {k: "<ns>" if k in LATENCIES and v else v for k, v in value.items()}
+        return {canonical(k, roles): canonical(v, roles) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [canonical(v, roles) for v in value]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True)) \
+            if isinstance(value, list) else tuple(items)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in roles:
+        return roles[value]
+    if isinstance(value, str):  # ports of the cluster by role, a client's as <port>
+        value = re.sub(r"(?<=:)(\d+)\b(?!\.)", lambda m: roles.get(int(m.group(1)), "<port>"), value)
+        return value.replace(socket.gethostname(), "<hostname>")
+    return value
+
+
+def _lines(value: Any) -> list[str]:
+    return json.dumps(encode(value), indent=1, sort_keys=True).splitlines()
+
+
+class RecordedAnswers:
+    """Upstream nsqadmin's answers in one test module, case by case: the test, a running count
+    (the same request may come twice in a test) and the request, ports by role."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self._count: dict[str, int] = {}
+
+    def case(self, cl: PairCluster, what: str) -> str:
+        test = current_test()
+        self._count[test] = n = self._count.get(test, 0) + 1
+        return f"{test} #{n} {canonical(what, cl.roles())}"
+
+    def compare(self, cl: PairCluster, what: str, ours: Any, theirs: Callable[[], Any]) -> Any:
+        """Upstream's answer (``theirs()`` live, else recorded) == ``ours``; live, the whole
+        answers are compared, recorded their canonical forms. Returns upstream's."""
+        roles = cl.roles()
+        up = self.recording.answer(self.case(cl, what), theirs, kept=lambda a: canonical(a, roles))
+        if cl.up_admin is None:
+            mine = canonical(ours, roles)
+            assert mine == up, f"{what}\n" + "\n".join(difflib.unified_diff(
+                _lines(up), _lines(mine), "upstream (recorded)", "ours", lineterm=""))
+        else:
+            assert ours == up, f"{what}\nours:     {ours}\nupstream: {up}"
+        return up
 
 
 def start_pair_cluster(tmp: Path, *admin_flags: str, nsqd_flags: tuple[str, ...] = (),
@@ -167,7 +244,8 @@ def start_pair_cluster(tmp: Path, *admin_flags: str, nsqd_flags: tuple[str, ...]
         lookupd = Nsqlookupd(tmp / "lookupd")
         procs.append(lookupd)
         reg = f"--lookupd-tcp-address={lookupd.tcp_address}"
-        up = UpstreamNsqd(tmp / "nsqd_up", reg, *nsqd_flags)
+        live = HAVE_UPSTREAM
+        up = (UpstreamNsqd if live else Nsqd)(tmp / "nsqd_up", reg, *nsqd_flags)
         procs.append(up)
         py = Nsqd(tmp / "nsqd_py", reg, *nsqd_flags)
         procs.append(py)
@@ -176,8 +254,9 @@ def start_pair_cluster(tmp: Path, *admin_flags: str, nsqd_flags: tuple[str, ...]
         else:
             where = [f"--lookupd-http-address={lookupd.http_address}"]
         flags = [*where, f"--notification-http-endpoint={sink.url}", *admin_flags]
-        up_admin = UpstreamNsqAdmin(tmp / "admin_up", *flags)
-        procs.append(up_admin)
+        up_admin = UpstreamNsqAdmin(tmp / "admin_up", *flags) if live else None
+        if up_admin is not None:
+            procs.append(up_admin)
         py_admin = NsqAdmin(tmp / "admin_py", *flags)
         procs.append(py_admin)
     except BaseException:

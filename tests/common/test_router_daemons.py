@@ -2,24 +2,27 @@
 
 nsqd, nsqlookupd and nsqadmin share :mod:`nsqpy.common.router`; these requests check the
 behaviour upstream's three daemons share (method-strict 405 with ``Allow``, ``OPTIONS``,
-trailing-slash / case / clean-path redirects keeping the query, 404). When upstream v1.3.0's
-binaries are present the same requests go to them too and the answers must be the same.
+trailing-slash / case / clean-path redirects keeping the query, 404). The same requests to
+upstream v1.3.0's daemons get the same answers: live with its binaries (``NSQ_UPSTREAM_BIN``),
+else as recorded in ``tests/recordings/http/test_router_daemons.json``.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from helpers.recording import recording
 from helpers.servers import VENV_BIN, Nsqd, Nsqlookupd, ServerProcess, free_port
-from helpers.upstream import requires, upstream_dir
+from helpers.upstream import upstream_binary, upstream_dir
 
 pytestmark = pytest.mark.timeout(120)
 
-UPSTREAM = upstream_dir()
+RECORDED = recording("http", "test_router_daemons")
 
 #: a POST-only route of each daemon
 POST_PATH = {"nsqd": "/topic/create", "nsqlookupd": "/topic/create", "nsqadmin": "/api/topics"}
@@ -112,15 +115,21 @@ def test_routing_decisions(ours, daemon):
     assert request(port, "HEAD", "/ping")[0] == 405  # no HEAD routes (httprouter v1.3.0)
 
 
-@requires("nsqd", "nsqlookupd", "nsqadmin")
-def test_same_answers_as_upstream(ours, tmp_path):
-    theirs, procs = start_daemons(UPSTREAM, tmp_path)
-    try:
-        for daemon in ("nsqd", "nsqlookupd", "nsqadmin"):
-            for method, path in cases(daemon):
-                got = answer(ours[daemon], method, path)
-                want = answer(theirs[daemon], method, path)
-                assert got == want, (daemon, method, path)
-    finally:
-        for p in procs:
-            p.stop()
+def upstream_answers() -> dict[str, list[tuple]]:
+    """Upstream's daemons' answers to ``cases``, daemon by daemon."""
+    upstream_binary("nsqd"), upstream_binary("nsqlookupd"), upstream_binary("nsqadmin")  # or skip
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs, procs = start_daemons(upstream_dir(), Path(tmp))
+        try:
+            return {daemon: [answer(theirs[daemon], method, path) for method, path in cases(daemon)]
+                    for daemon in ("nsqd", "nsqlookupd", "nsqadmin")}
+        finally:
+            for p in procs:
+                p.stop()
+
+
+def test_same_answers_as_upstream(ours):
+    want = RECORDED.answer(None, upstream_answers)
+    for daemon in ("nsqd", "nsqlookupd", "nsqadmin"):
+        for (method, path), expected in zip(cases(daemon), want[daemon], strict=True):
+            assert answer(ours[daemon], method, path) == expected, (daemon, method, path)

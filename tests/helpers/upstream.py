@@ -1,7 +1,9 @@
-"""Where upstream NSQ v1.3.0's binaries are: only $NSQ_UPSTREAM_BIN; side-by-side tests skip without it.
+"""Where upstream NSQ v1.3.0's binaries are: only $NSQ_UPSTREAM_BIN.
 
-The one place the suite looks for them. Every skip for their absence gives a reason starting
-with ``SKIP_PREFIX``, so the run ends with one line counting those skips (tests/conftest.py).
+The one place the suite looks for them. Without them a side-by-side test compares ours with
+upstream's recorded answers (``helpers.recording``); one that still skips for their absence
+gives a reason starting with ``SKIP_PREFIX`` (or ``LIVE_ONLY_PREFIX`` for the few a recording
+cannot stand in for), and the run ends with lines counting those skips (tests/conftest.py).
 """
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from pathlib import Path
 import pytest
 
 SKIP_PREFIX = "side-by-side:"
+#: a side-by-side test that a recording cannot stand in for (docs/testing.md lists them)
+LIVE_ONLY_PREFIX = "live-only:"
 ENABLE = ("set NSQ_UPSTREAM_BIN to a directory holding upstream v1.3.0's binaries "
           "to run them (docs/testing.md)")
 
@@ -47,15 +51,34 @@ def requires(*names: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(not have(*names), reason=skip_reason(*names))
 
 
-def is_side_by_side_skip(report) -> bool:
-    """Whether a skipped test's report says it skipped for want of upstream's binaries."""
+def live_only(why: str) -> str:
+    """The skip reason of a side-by-side test that has no recorded form, and ``why``: it needs
+    upstream's binaries running (a server ours talks to), not just their answers."""
+    return f"{LIVE_ONLY_PREFIX} {why} (set NSQ_UPSTREAM_BIN)"
+
+
+def _skip_reason_of(report) -> str:
     longrepr = getattr(report, "longrepr", None)
     reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else ""
-    if reason.startswith("Skipped: "):
-        reason = reason[len("Skipped: "):]
-    return reason.startswith(SKIP_PREFIX)
+    return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+
+
+def is_side_by_side_skip(report) -> bool:
+    """Whether a skipped test's report says it skipped for want of upstream's binaries."""
+    return _skip_reason_of(report).startswith(SKIP_PREFIX)
+
+
+def is_live_only_skip(report) -> bool:
+    """Whether a skipped test is a live-only side-by-side test, without upstream's binaries."""
+    return _skip_reason_of(report).startswith(LIVE_ONLY_PREFIX)
 
 
 def skipped_summary(count: int) -> str:
     """The closing line for ``count`` side-by-side tests skipped."""
     return f"{count} side-by-side tests skipped: upstream's binaries absent; {ENABLE}"
+
+
+def live_only_summary(count: int) -> str:
+    """The closing line for ``count`` live-only side-by-side tests skipped."""
+    return (f"{count} live-only side-by-side tests skipped: they need upstream's binaries running, "
+            "a recording cannot stand in (docs/testing.md)")

@@ -5,8 +5,12 @@ the same order: every route with every parameter it reads, with valid, invalid, 
 and missing values, odd methods and paths, bodies at and past the limits, then a seeded random mix
 of the same. Each answer (status line, headers, body) must be upstream's once times, ports and
 memory figures are masked (see ``http_lockstep.py``). The seed is printed; ``NSQ_HTTP_SEEDS`` (a
-comma-separated list) and ``NSQ_HTTP_REQUESTS`` (per seed) run more. Needs upstream's binaries
-(``NSQ_UPSTREAM_BIN``); skipped without them.
+comma-separated list) and ``NSQ_HTTP_REQUESTS`` (per seed) run more.
+
+Upstream's cluster runs live with its binaries (``NSQ_UPSTREAM_BIN``). Without them ours gets the
+same requests in the same order and each answer is compared with upstream's as recorded
+(``tests/recordings/http/test_http_lockstep.json``: the request and upstream's normalised answer,
+in order); seeds or request counts other than the defaults have no recording.
 """
 
 from __future__ import annotations
@@ -22,15 +26,18 @@ from pathlib import Path
 
 import pytest
 
+from helpers.recording import live, recording
 from helpers.servers import VENV_BIN, ServerProcess, free_port
 from helpers.wire import Wire
-from helpers.upstream import upstream_binary, upstream_dir
+from helpers.upstream import upstream_binary
 from interop import http_lockstep as hl
 from nsqpy.nsqd.options import config_key_map
 
 pytestmark = pytest.mark.timeout(300)
 
-UPSTREAM = upstream_dir()
+RECORDED = recording("http", "test_http_lockstep")
+#: the machine's name is in nsqd's answers (its broadcast address, nsqlookupd's node list)
+HOST_MASK = {socket.gethostname(): "<hostname>"}
 SEEDS = [int(s) for s in os.environ.get("NSQ_HTTP_SEEDS", "1,2,3").split(",")]
 REQUESTS = int(os.environ.get("NSQ_HTTP_REQUESTS", "200"))
 NSQD_FLAGS = ["--max-msg-size=2048", "--max-body-size=8192", "--mem-queue-size=100"]
@@ -88,6 +95,7 @@ class Side:
             raise
         self.masks: dict = {port: f"<{role}>" for role, port in self.ports.items()}
         self.masks[str(data)] = "<data-path>"
+        self.masks.update(HOST_MASK)
 
     def port_of(self, daemon: str) -> int:
         return self.ports["nsqd_http" if daemon == "nsqd" else "lookupd_http"]
@@ -117,39 +125,58 @@ class Side:
 
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory):
-    upstream_binary("nsqd"), upstream_binary("nsqlookupd")  # or skip
+    """(upstream's cluster, ours); upstream's None without its binaries (its answers are
+    recorded)."""
     tmp = tmp_path_factory.mktemp("lockstep")
-    upstream = Side("upstream", UPSTREAM, tmp)
+    upstream = None
+    if live():
+        upstream = Side("upstream", Path(upstream_binary("nsqd")).parent, tmp)
+        upstream_binary("nsqlookupd")  # (or skip)
     try:
         ours = Side("ours", VENV_BIN, tmp)
     except BaseException:
-        upstream.stop()
+        if upstream is not None:
+            upstream.stop()
         raise
     yield upstream, ours
     ours.stop()
-    upstream.stop()
+    if upstream is not None:
+        upstream.stop()
 
 
 def _compare(sides, requests: list[hl.Request]) -> list[str]:
+    """Each request to both clusters in turn, the answers compared; without upstream's cluster
+    its answers come from the recording, in the same order."""
     upstream, ours = sides
+    recorded = None if upstream is not None else RECORDED.answer(None, list)
+    theirs: list[tuple[str, tuple]] = []
     diffs = []
     for i, req in enumerate(requests):
+        if recorded is not None and (i >= len(recorded) or recorded[i][0] != str(req)):
+            return diffs + [f"#{i} {req}: not the request recorded (`make record-upstream`)"]
         if req.daemon == "nsqlookupd" and (i == 0 or requests[i - 1].daemon == "nsqd"):
             # nsqd registers with nsqlookupd in the background: let both settle first
             probe = hl.Request("nsqlookupd", "GET", "/debug")
-            hl.settle(lambda side: hl.normalise(side.ask(probe), side.masks), (upstream, ours))
+            hl.settle(lambda side: hl.normalise(side.ask(probe), side.masks),
+                      [side for side in sides if side is not None])
         deadline = time.monotonic() + 5
         while True:
-            a, b = upstream.ask(req), ours.ask(req)
-            na, nb = hl.normalise(a, upstream.masks), hl.normalise(b, ours.masks)
+            a = upstream.ask(req) if upstream is not None else None
+            b = ours.ask(req)
+            na = hl.normalise(a, upstream.masks) if a is not None else recorded[i][1]
+            nb = hl.normalise(b, ours.masks)
             if na == nb or not _reads_state(req) or time.monotonic() >= deadline:
                 break
             # both daemons finish some work in the background (registrations, an ephemeral
             # topic's deletion); a snapshot taken mid-way is asked again until both agree
             time.sleep(0.1)
+        theirs.append((str(req), na))
         if na != nb:
-            diffs.append(f"#{i} {req}\n  upstream: {a.raw[:600]!r}\n  ours:     {b.raw[:600]!r}"
+            shown = a.raw[:600] if a is not None else "(recorded) " + repr(na)[:600]
+            diffs.append(f"#{i} {req}\n  upstream: {shown!r}\n  ours:     {b.raw[:600]!r}"
                          f"\n  {hl.explain(na, nb)}")
+    if upstream is not None:
+        RECORDED.answer(None, lambda: theirs)
     return diffs
 
 
@@ -320,7 +347,6 @@ def _ask(port: int, request: hl.Request, ctx: ssl.SSLContext | None) -> bytes:
 
 @pytest.mark.parametrize("policy", ["", "require-verify"])
 def test_tls_required_and_https_answer_as_upstream(tmp_path, policy):
-    upstream_binary("nsqd")  # or skip
     from security.support import OPENSSL, make_certs
 
     if OPENSSL is None:
@@ -333,12 +359,13 @@ def test_tls_required_and_https_answer_as_upstream(tmp_path, policy):
     secure = [R("nsqd", "GET", "/ping"), R("nsqd", "POST", "/pub?topic=t", b"m"),
               R("nsqd", "GET", "/config/tls_required"), R("nsqd", "GET", "/config/tls_client_auth_policy"),
               R("nsqd", "GET", "/stats?format=json&include_mem=false"), R("nsqd", "GET", "/Ping")]
-    answers = {}
-    for name, bin_dir in (("upstream", UPSTREAM), ("ours", VENV_BIN)):
+
+    def answers_of(name: str, bin_dir: Path) -> list:
         proc, ports = _tls_nsqd(bin_dir, tmp_path / name, certs, *extra)
         try:
             masks = {port: f"<{role}>" for role, port in ports.items()}
             masks[str(tmp_path / name)] = "<data-path>"
+            masks.update(HOST_MASK)
             got = [hl.normalise(hl.parse(_ask(ports["http"], r, None)), masks) for r in plain]
             with_cert = certs.client_context("client")
             got += [hl.normalise(hl.parse(_ask(ports["https"], r, with_cert)), masks)
@@ -348,10 +375,13 @@ def test_tls_required_and_https_answer_as_upstream(tmp_path, policy):
                                                       certs.client_context())), masks))
             except (ssl.SSLError, OSError) as err:
                 got.append(("refused", type(err).__name__))
-            answers[name] = got
+            return got
         finally:
             proc.terminate()
             proc.wait(10)
+
+    answers = {"upstream": RECORDED.answer(None, lambda: answers_of(
+        "upstream", Path(upstream_binary("nsqd")).parent)), "ours": answers_of("ours", VENV_BIN)}
     requests = [f"http {r}" for r in plain] + [f"https {r}" for r in secure] + ["https no cert"]
     diffs = [f"{req}\n  upstream: {a}\n  ours:     {b}"
              for req, a, b in zip(requests, answers["upstream"], answers["ours"]) if a != b]

@@ -5,7 +5,8 @@ from our nsqd and nsqlookupd as from upstream's, and what they show afterwards (
 
 Each case runs alone (one client, one peer), so the answers hold one entry and Go's map order
 does not matter; only what differs by nature is masked: ports, timestamps, memory figures.
-Skipped without upstream's binaries (``NSQ_UPSTREAM_BIN``).
+Upstream's side runs live with its binaries (``NSQ_UPSTREAM_BIN``), else comes from
+``tests/recordings/transcripts/test_upstream_json.json``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import urllib.request
 
 import pytest
 
+from helpers.recording import live, recording
 from helpers.servers import NsqServer, ServerProcess, free_port
 from helpers.upstream import upstream_binary
 from helpers.wire import read_until_quiet
 
 pytestmark = pytest.mark.timeout(300)
 I32 = struct.Struct(">i").pack
+RECORDED = recording("transcripts", "test_upstream_json")
 
 
 class _Side:
@@ -60,17 +63,22 @@ class _Side:
 
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory):
-    up_nsqd, up_lookupd = upstream_binary("nsqd"), upstream_binary("nsqlookupd")
-    upstream = _Side(up_nsqd, up_lookupd, tmp_path_factory.mktemp("upstream"))
+    """(upstream's, ours); upstream's None without its binaries (its answers are recorded)."""
+    upstream = None
+    if live():
+        up_nsqd, up_lookupd = upstream_binary("nsqd"), upstream_binary("nsqlookupd")
+        upstream = _Side(up_nsqd, up_lookupd, tmp_path_factory.mktemp("upstream"))
     try:
         bin_dir = NsqServer.bin_dir
         ours = _Side(str(bin_dir / "nsqd"), str(bin_dir / "nsqlookupd"),
                      tmp_path_factory.mktemp("ours"))
     except BaseException:
-        upstream.stop()
+        if upstream is not None:
+            upstream.stop()
         raise
     yield upstream, ours
-    upstream.stop()
+    if upstream is not None:
+        upstream.stop()
     ours.stop()
 
 
@@ -79,12 +87,15 @@ def _get(port: int, path: str) -> bytes:
         return answer.read()
 
 
-# values that differ by nature between two runs: client ports, times, Go's memory figures
+# values that differ by nature between two runs (or machines): client ports, times, Go's memory
+# figures, the host's name
 _VARYING = [
     (re.compile(rb'("(?:remote_address|id)":"127\.0\.0\.1:)[0-9]+"'), rb'\1PORT"'),
     (re.compile(rb'"(connect_ts|start_time|last_update|uptime_seconds)":[0-9.]+'), rb'"\1":N'),
     (re.compile(rb'"uptime":"[^"]*"'), rb'"uptime":"U"'),
     (re.compile(rb'"memory":\{[^}]*\}'), rb'"memory":{M}'),
+    # the machine's name (nsqlookupd lists nsqd's), so that a recording made here holds elsewhere
+    (re.compile(rb'"hostname":"%s"' % re.escape(socket.gethostname().encode())), rb'"hostname":"H"'),
 ]
 
 
@@ -125,8 +136,7 @@ NSQD_BODIES = [
 
 @pytest.mark.parametrize("body", NSQD_BODIES, ids=[f"{i:02d}" for i in range(len(NSQD_BODIES))])
 def test_nsqd_identify_and_stats(sides, body):
-    results = []
-    for side in sides:
+    def exchange(side: _Side) -> tuple[bytes, bytes]:
         channel = f"c{NSQD_BODIES.index(body):02d}"
         sock = socket.create_connection(("127.0.0.1", side.nsqd_tcp), timeout=5)
         try:
@@ -135,13 +145,15 @@ def test_nsqd_identify_and_stats(sides, body):
             stats = b""
             if answer.endswith(b"<open>"):  # accepted: subscribe, then look at it in /stats
                 sock.sendall(f"SUB json {channel}\n".encode())
-                answer += read_until_quiet(sock, 0.3)
+                answer += read_until_quiet(sock, 1.0)  # (a loaded machine answers late)
                 stats = _get(side.nsqd_http, f"/stats?format=json&topic=json&channel={channel}"
                                              "&include_mem=false")
-            results.append((side.mask_ports(answer), _mask(side, stats)))
+            return side.mask_ports(answer), _mask(side, stats)
         finally:
             sock.close()
-    upstream, ours = results
+
+    upstream = RECORDED.answer(None, lambda: exchange(sides[0]))
+    ours = exchange(sides[1])
     assert ours[0] == upstream[0]  # IDENTIFY's answer (and SUB's)
     assert ours[1] == upstream[1]  # /stats with the client
 
@@ -179,8 +191,8 @@ def _peer_gone(side: _Side) -> bool:
 @pytest.mark.parametrize("body", LOOKUPD_BODIES, ids=[f"{i:02d}" for i in range(len(LOOKUPD_BODIES))])
 def test_lookupd_identify_nodes_lookup_debug(sides, body):
     topic = f"json{LOOKUPD_BODIES.index(body):02d}"
-    results = []
-    for side in sides:
+
+    def exchange(side: _Side) -> tuple[bytes, list[bytes]]:
         deadline = time.monotonic() + 10
         while not _peer_gone(side):  # the previous case's peer is unregistered
             assert time.monotonic() < deadline, "a previous peer stayed registered"
@@ -192,12 +204,14 @@ def test_lookupd_identify_nodes_lookup_debug(sides, body):
             pages = []
             if answer.endswith(b"<open>"):
                 sock.sendall(f"REGISTER {topic} ch\n".encode())
-                answer += read_until_quiet(sock, 0.3)
+                answer += read_until_quiet(sock, 1.0)  # (a loaded machine answers late)
                 for path in ("/nodes", f"/lookup?topic={topic}", "/debug"):
                     pages.append(_mask(side, _get(side.lookupd_http, path)))
-            results.append((_mask(side, answer), pages))
+            return _mask(side, answer), pages
         finally:
             sock.close()
-    upstream, ours = results
+
+    upstream = RECORDED.answer(None, lambda: exchange(sides[0]))
+    ours = exchange(sides[1])
     assert ours[0] == upstream[0]  # IDENTIFY's answer (and REGISTER's)
     assert ours[1] == upstream[1]  # /nodes, /lookup, /debug

@@ -1,6 +1,7 @@
 """Start-up failures side by side with upstream v1.3.0's nsqd and nsqlookupd (their binaries,
-``NSQ_UPSTREAM_BIN``): the same exit status, the same FATAL line (timestamps and temporary paths
-masked), nothing printed after it. Operators' units and scripts check exactly these."""
+``NSQ_UPSTREAM_BIN``, or what they answered as recorded in ``tests/recordings/exits/``): the
+same exit status, the same FATAL line (timestamps, temporary paths and ports masked), nothing
+printed after it. Operators' units and scripts check exactly these."""
 
 from __future__ import annotations
 
@@ -10,14 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers.recording import recording
 from helpers.servers import VENV_BIN, free_port
-from helpers.upstream import requires, upstream_dir
+from helpers.upstream import upstream_binary
 
-UPSTREAM = upstream_dir()
-pytestmark = [
-    pytest.mark.timeout(60),
-    requires("nsqd", "nsqlookupd"),
-]
+RECORDED = recording("exits", "test_upstream_startup")
+pytestmark = pytest.mark.timeout(60)
 _STAMP = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(\.\d+)?")
 
 NSQD_CASES = [
@@ -46,10 +45,14 @@ LOOKUPD_CASES = [
 ]
 
 
-def _run(binary: Path, args: list[str], cwd: Path) -> tuple[int, list[str]]:
+def _run(binary: Path | str, args: list[str], cwd: Path, ports: list[int]) -> tuple[int, list[str]]:
     out = subprocess.run([str(binary), *args], capture_output=True, timeout=20, cwd=cwd)
-    lines = [_STAMP.sub("TS", line).replace(str(cwd), "DIR")
-             for line in out.stderr.decode().splitlines()]
+    lines = []
+    for line in out.stderr.decode().splitlines():
+        line = _STAMP.sub("TS", line).replace(str(cwd), "DIR")
+        for n, port in enumerate(ports):
+            line = re.sub(rf"(?<!\d){port}(?!\d)", f"PORT{n}", line)
+        lines.append(line)
     return out.returncode, lines
 
 
@@ -64,24 +67,28 @@ def _fatal_part(lines: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("args", NSQD_CASES, ids=" ".join)
 def test_nsqd_start_up_failures_as_upstream(tmp_path, args):
-    results = []
-    for side, binary in (("upstream", UPSTREAM / "nsqd"), ("nsqpy", VENV_BIN / "nsqd")):
+    def outcome(side: str, binary: Path | str) -> tuple[int, list[str]]:
         work = tmp_path / side
         work.mkdir()
-        base = [f"--data-path={work}", f"--tcp-address=127.0.0.1:{free_port()}",
-                f"--http-address=127.0.0.1:{free_port()}", f"--https-address=127.0.0.1:{free_port()}"]
-        code, lines = _run(binary, base + args, work)
-        results.append((code, _fatal_part(lines)))
-    upstream, ours = results
+        ports = [free_port() for _ in range(3)]
+        base = [f"--data-path={work}", f"--tcp-address=127.0.0.1:{ports[0]}",
+                f"--http-address=127.0.0.1:{ports[1]}", f"--https-address=127.0.0.1:{ports[2]}"]
+        code, lines = _run(binary, base + args, work, ports)
+        return code, _fatal_part(lines)
+
+    upstream = RECORDED.answer(None, lambda: outcome("upstream", upstream_binary("nsqd")))
+    ours = outcome("nsqpy", VENV_BIN / "nsqd")
     assert upstream[0] == 1 and ours == upstream
 
 
 @pytest.mark.parametrize("args", LOOKUPD_CASES, ids=" ".join)
 def test_nsqlookupd_start_up_failures_as_upstream(tmp_path, args):
-    results = []
-    for binary in (UPSTREAM / "nsqlookupd", VENV_BIN / "nsqlookupd"):
-        base = [f"--tcp-address=127.0.0.1:{free_port()}", f"--http-address=127.0.0.1:{free_port()}"]
-        code, lines = _run(binary, base + args, tmp_path)
-        results.append((code, _fatal_part(lines)))
-    upstream, ours = results
+    def outcome(binary: Path | str) -> tuple[int, list[str]]:
+        ports = [free_port(), free_port()]
+        base = [f"--tcp-address=127.0.0.1:{ports[0]}", f"--http-address=127.0.0.1:{ports[1]}"]
+        code, lines = _run(binary, base + args, tmp_path, ports)
+        return code, _fatal_part(lines)
+
+    upstream = RECORDED.answer(None, lambda: outcome(upstream_binary("nsqlookupd")))
+    ours = outcome(VENV_BIN / "nsqlookupd")
     assert upstream[0] == 1 and ours == upstream

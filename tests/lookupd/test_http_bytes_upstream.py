@@ -2,7 +2,8 @@
 status lines, header order and case, bodies, keep-alive or close, for ordinary requests and
 for the malformed, odd and pipelined ones Go's ``net/http`` has its own answers to.
 
-Needs upstream's binaries (``NSQ_UPSTREAM_BIN``); skips without them.
+Upstream's side runs live with its binaries (``NSQ_UPSTREAM_BIN``), else comes from
+``tests/recordings/http/test_http_bytes_upstream.json``.
 ``Date`` values are compared by shape only. Not listed, as they differ: a request line with two
 spaces (``GET  /ping``, which llhttp reads and Go refuses) and an obs-folded header line (Go
 joins it to the previous value, llhttp refuses it); an ignored 100-continue is the last test.
@@ -18,15 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers.recording import live, recording
 from helpers.servers import VENV_BIN, ServerProcess, free_port
-from helpers.upstream import requires, upstream_dir
+from helpers.upstream import upstream_binary
 
-UPSTREAM = upstream_dir()
-
-pytestmark = [
-    pytest.mark.timeout(180),
-    requires("nsqlookupd"),
-]
+RECORDED = recording("http", "test_http_bytes_upstream")
+pytestmark = pytest.mark.timeout(180)
 
 H = b"Host: x\r\n"
 CASES = [
@@ -152,11 +150,13 @@ def normalized(answer: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
+    """(upstream's port, ours); upstream's None without its binaries (its answers are
+    recorded)."""
     tmp = tmp_path_factory.mktemp("bytes")
-    theirs = start(UPSTREAM, tmp)
+    theirs = start(Path(upstream_binary("nsqlookupd")).parent, tmp) if live() else None
     ours = start(VENV_BIN, tmp)
-    yield theirs[1], ours[1]
-    for proc, _, peer in (theirs, ours):
+    yield (theirs[1] if theirs else None), ours[1]
+    for proc, _, peer in filter(None, (theirs, ours)):
         peer.close()
         proc.stop()
 
@@ -164,7 +164,8 @@ def pair(tmp_path_factory):
 @pytest.mark.parametrize("data", CASES, ids=[c[:40].decode("latin-1") for c in CASES])
 def test_same_bytes_as_upstream(pair, data):
     theirs, ours = pair
-    assert normalized(exchange(ours, data)) == normalized(exchange(theirs, data))
+    upstream = RECORDED.answer(None, lambda: normalized(exchange(theirs, data)))
+    assert normalized(exchange(ours, data)) == upstream
 
 
 def test_ignored_100_continue_closes_where_go_hangs(pair):
@@ -172,5 +173,5 @@ def test_ignored_100_continue_closes_where_go_hangs(pair):
     client waits for 100); we close after the answer."""
     theirs, ours = pair
     data = b"GET /ping HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n"
-    mine, go = exchange(ours, data), exchange(theirs, data)
-    assert normalized(mine) == normalized(go).replace(b"<open>", b"<closed>")
+    go = RECORDED.answer(None, lambda: normalized(exchange(theirs, data)))
+    assert normalized(exchange(ours, data)) == go.replace(b"<open>", b"<closed>")

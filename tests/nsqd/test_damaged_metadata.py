@@ -22,10 +22,13 @@ import pytest
 from helpers.nsqd_http import http
 from helpers.polling import wait_for
 from helpers.servers import VENV_BIN, Nsqd, Nsqlookupd, free_port
+from helpers.recording import recording
 from helpers.upstream import upstream_binary
 from helpers.wire import Wire
 
 pytestmark = pytest.mark.timeout(120)
+#: upstream's FATAL lines (``NSQ_UPSTREAM_BIN`` live, else as recorded)
+RECORDED = recording("exits", "test_damaged_metadata")
 
 TOPICS = {f"t{i}": ["c1", "c2"] for i in range(3)}
 PER_TOPIC = 50
@@ -169,29 +172,23 @@ def test_stray_queue_file_refuses_with_upstreams_line(tmp_path):
 def test_refusal_text_is_upstreams(tmp_path, raw):
     """When nsqpy refuses (here: a stray queue file), its FATAL line is upstream's word for word
     for the same nsqd.dat (Go's own JSON error texts)."""
-    upstream = upstream_binary("nsqd")
-    lines = []
-    for side, binary in (("upstream", upstream), ("nsqpy", str(VENV_BIN / "nsqd"))):
+    def fatal_line(side: str, binary: str) -> str:
         data = tmp_path / side
         data.mkdir()
         (data / "nsqd.dat").write_bytes(raw)
         (data / "x#ephemeral.diskqueue.meta.dat").write_bytes(b"")  # makes nsqpy refuse too
         code, out = _run_nsqd(binary, data)
         assert code == 1, out
-        lines.append(_fatal(out).replace(str(data), "<data>"))
-    assert lines[0] == lines[1]
+        return _fatal(out).replace(str(data), "<data>")
+
+    upstream = RECORDED.answer(None, lambda: fatal_line("upstream", upstream_binary("nsqd")))
+    assert fatal_line("nsqpy", str(VENV_BIN / "nsqd")) == upstream
 
 
 def test_read_only_data_path_fails_with_upstreams_words(tmp_path):
     """An immutable directory (chattr +i: what a read-only directory is even to root) fails at
     the first persist with upstream's ``failed to persist metadata - open <tmp>: <why>``."""
-    lines = {}
-    sides = [("nsqpy", str(VENV_BIN / "nsqd"))]
-    try:
-        sides.append(("upstream", upstream_binary("nsqd")))
-    except pytest.skip.Exception:
-        pass
-    for side, binary in sides:
+    def fatal_line(side: str, binary: str) -> str:
         data = tmp_path / side
         data.mkdir()
         if subprocess.run(["chattr", "+i", str(data)], capture_output=True).returncode:
@@ -205,9 +202,10 @@ def test_read_only_data_path_fails_with_upstreams_words(tmp_path):
         assert re.fullmatch(rf"failed to persist metadata - open {re.escape(str(data))}/nsqd\.dat"
                             rf"\.\d+\.tmp: (operation not permitted|permission denied|read-only "
                             rf"file system)", line), line
-        lines[side] = re.sub(r"\.\d+\.tmp", ".N.tmp", line).replace(str(data), "<data>")
-    if "upstream" in lines:
-        assert lines["nsqpy"] == lines["upstream"]
+        return re.sub(r"\.\d+\.tmp", ".N.tmp", line).replace(str(data), "<data>")
+
+    ours = fatal_line("nsqpy", str(VENV_BIN / "nsqd"))
+    assert ours == RECORDED.answer(None, lambda: fatal_line("upstream", upstream_binary("nsqd")))
 
 
 def test_queue_file_names_split_one_way(tmp_path):

@@ -7,7 +7,9 @@ parameters and bad bodies, so the order of upstream's checks (TLS policy, state,
 size, body, authorization) is pinned command by command; every AUTH path (grant, refusal, bad
 answers of every kind, upper-case keys, Go's regexp edges, expiry and the re-query after
 ``ttl``); the auth server down and slower than the 5 s request timeout; TLS required and mutual
-TLS; and /stats' auth fields. Needs upstream's binaries (``NSQ_UPSTREAM_BIN``), else skipped.
+TLS; and /stats' auth fields. With upstream's binaries (``NSQ_UPSTREAM_BIN``) both sides run;
+without them ours is compared with upstream's recorded answers
+(``tests/recordings/transcripts/test_auth_upstream.json``, ``helpers.recording``).
 
 Every conversation runs against both nsqd at once, and all of them concurrently (threads), so
 the waits for "nothing more comes" overlap: about 20 s for several hundred conversations.
@@ -27,6 +29,7 @@ from typing import Any, Callable
 
 import pytest
 
+from helpers.recording import live, recording
 from helpers.servers import free_port
 from helpers.upstream import upstream_binary
 from security.support import AuthServer, SecureNsqd, grant
@@ -36,6 +39,7 @@ pytestmark = pytest.mark.timeout(240)
 I32 = struct.Struct(">i").pack
 MID = b"0123456789abcdef"
 SIDES = ("up", "us")  # same length: the AUTH body sizes stay equal
+RECORDED = recording("transcripts", "test_auth_upstream")
 
 ALL = {"topic": ".*", "channels": [".*"], "permissions": ["publish", "subscribe"]}
 PUB_ONLY = {"topic": ".*", "channels": [".*"], "permissions": ["publish"]}
@@ -131,7 +135,8 @@ ANSWERS: dict[str, Any] = {
 
 class World:
     def __init__(self, tmp, certs) -> None:
-        up_bin = upstream_binary("nsqd")
+        self.sides = SIDES if live() else ("us",)  # without upstream: its recorded answers
+        up_bin = upstream_binary("nsqd") if live() else None
         self.certs = certs
         self.auth = AuthServer()
         self.auth.answers = Answers()
@@ -154,7 +159,7 @@ class World:
         self.nodes: dict[tuple[str, str], SecureNsqd] = {}
         try:
             for name, (extra, node_certs) in flags.items():
-                for side in SIDES:
+                for side in self.sides:
                     self.nodes[name, side] = SecureNsqd(
                         tmp / f"{name}-{side}", *extra, certs=node_certs,
                         binary=up_bin if side == "up" else None)
@@ -424,21 +429,34 @@ CASES.update({
 
 
 @pytest.fixture(scope="module")
-def transcripts(world):
-    """Every case against both sides at once: {case: (upstream's, ours, queries up, queries us)}."""
+def conversations(world):
+    """Every case against both sides at once: {(case, side): (frames, auth queries)}."""
     jobs = {}
-    with ThreadPoolExecutor(max_workers=24) as pool:
+    # 12 conversations at once per side, live or not: the waits for "nothing more comes" are
+    # sized for that many
+    with ThreadPoolExecutor(max_workers=12 * len(world.sides)) as pool:
         for n, (name, (pair, build)) in enumerate(CASES.items()):
             topic = b"c%d" % n
             steps = build(topic)
-            for side in SIDES:
+            for side in world.sides:
                 tag = f"{n}.{side}"
                 jobs[name, side] = pool.submit(converse, world, pair, side, tag, steps)
         done = {key: job.result() for key, job in jobs.items()}
     time.sleep(0.2)  # the last queries are recorded
-    return {name: (done[name, "up"], done[name, "us"], world.queries(f".{n}.up"),
-                   world.queries(f".{n}.us"))
-            for n, name in enumerate(CASES)}
+    return {(name, side): (done[name, side], world.queries(f".{n}.{side}"))
+            for n, name in enumerate(CASES) for side in world.sides}
+
+
+@pytest.fixture
+def transcripts(conversations):
+    """``transcripts[case]``: (upstream's frames, ours, queries up, queries us); upstream's
+    live or recorded."""
+    class Both:
+        def __getitem__(self, case: str) -> tuple:
+            up = RECORDED.answer(case, lambda: conversations[case, "up"])
+            us = conversations[case, "us"]
+            return up[0], us[0], up[1], us[1]
+    return Both()
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -509,7 +527,7 @@ STATS_CLIENTS = (  # pair, client_id, secret, subscribes (else publishes)
 
 def test_stats_auth_fields(world):
     views: dict[str, dict] = {}
-    for side in SIDES:
+    for side in world.sides:
         socks = []
         try:
             for pair, cid, secret, subscribe in STATS_CLIENTS:
@@ -529,6 +547,7 @@ def test_stats_auth_fields(world):
         finally:
             for sock in socks:
                 sock.close()
+    views["up"] = RECORDED.answer("/stats auth fields", lambda: views["up"])
     assert views["us"] == views["up"]
     assert views["up"]["authed-pub"][0] == {"authed": True, "auth_identity": "alice",
                                             "auth_identity_url": "https://id.example/alice"}

@@ -5,9 +5,9 @@ and on the HTTPS listener; TLS 1.2/1.3 no weaker than OpenSSL's defaults (docs/s
 Handshakes are made at exactly one version each: ``openssl s_client`` against HTTPS (then a GET
 /ping over it), and on TCP the V2 magic + IDENTIFY with ``tls_v1`` followed by the handshake of a
 Python client pinned to that version (then a PUB over it). Both clients run OpenSSL at security
-level 0, as OpenSSL 3 refuses TLS 1.0/1.1 client-side otherwise. With upstream's binaries
-(``NSQ_UPSTREAM_BIN``) the same handshakes run against upstream nsqd
-with the same certificates and flags and the outcomes are compared; without them, ours are pinned.
+level 0, as OpenSSL 3 refuses TLS 1.0/1.1 client-side otherwise. The same handshakes run against
+upstream nsqd with the same certificates and flags and the outcomes are compared: live with its
+binaries (``NSQ_UPSTREAM_BIN``), else as recorded (``tests/recordings/tls/``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ import pytest
 
 from helpers.polling import wait_for
 from helpers.servers import VENV_BIN, ServerProcess, free_port, unique_name
+from helpers.recording import recording
 from helpers.wire import Wire
-from helpers.upstream import requires, upstream_path
+from helpers.upstream import upstream_binary
 from nsqpy.nsqd.v2.tls import client_context, client_max_version
 from nsqpy.protocol.frames import FRAME_TYPE_RESPONSE
 from helpers.certs import OPENSSL, openssl
@@ -36,8 +37,7 @@ from helpers.certs import OPENSSL, openssl
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(OPENSSL is None, reason="needs the openssl command")]
 
-UPSTREAM_NSQD = upstream_path("nsqd")
-needs_upstream = requires("nsqd")
+RECORDED = recording("tls", "test_tls_versions")
 
 VERSIONS = ("tls1.0", "tls1.1", "tls1.2", "tls1.3")
 S_CLIENT_FLAG = {"tls1.0": "-tls1", "tls1.1": "-tls1_1", "tls1.2": "-tls1_2", "tls1.3": "-tls1_3"}
@@ -131,7 +131,7 @@ def start(tmp_path):
     started: list[Node] = []
 
     def run(which: str, cert: tuple[Path, Path], *flags: str) -> Node:
-        binary = VENV_BIN / "nsqd" if which == "ours" else UPSTREAM_NSQD
+        binary = VENV_BIN / "nsqd" if which == "ours" else upstream_binary("nsqd")
         node = Node(binary, tmp_path / f"{which}{len(started)}", cert, *flags)
         started.append(node)
         return node
@@ -368,25 +368,23 @@ def test_replication_link_with_small_keys(start, rsa):
 
 # --- side by side with upstream -------------------------------------------------------------------
 
-@needs_upstream
 @pytest.mark.parametrize("key", ["rsa1024", "rsa2048"])
 @pytest.mark.parametrize("min_version", VERSIONS)
 def test_each_version_as_upstream(start, rsa, key, min_version):
     flag = f"--tls-min-version={min_version}"
-    theirs = outcomes(start("upstream", rsa.pairs[key], flag))
+    theirs = RECORDED.answer(None, lambda: outcomes(start("upstream", rsa.pairs[key], flag)))
     ours = outcomes(start("ours", rsa.pairs[key], flag))
     assert versions_only(theirs) == expected_versions(min_version)
     assert ours == theirs  # the same version and suite, or refused, everywhere
 
 
-@needs_upstream
 def test_suites_and_stats_as_upstream(start, rsa, certs):
     candidates = GO_LEGACY_RSA + ["DHE-RSA-AES128-SHA", "CAMELLIA128-SHA", "ECDHE-ECDSA-AES128-SHA"]
-    results = {}
-    for which in ("upstream", "ours"):
+
+    def results(which: str) -> tuple:
         node = start(which, rsa.pairs["rsa1024"])
         ec_node = start(which, (certs.server_cert, certs.server_key))
-        results[which] = (
+        return (
             {(v, c): https_handshake(node, v, f"{c}:@SECLEVEL=0")
              for v in ("tls1.0", "tls1.1") for c in candidates},
             {c: tcp_handshake(ec_node, "tls1.0", f"{c}:@SECLEVEL=0")
@@ -395,29 +393,34 @@ def test_suites_and_stats_as_upstream(start, rsa, certs):
             https_handshake(node, "tls1.3", ANY_CIPHER, "-ciphersuites", CHACHA_FIRST_13),
             https_handshake(node, "tls1.2",
                             "ECDHE-RSA-CHACHA20-POLY1305:ECDHE-RSA-AES128-GCM-SHA256"))
-    assert results["ours"] == results["upstream"]
+
+    assert results("ours") == RECORDED.answer(None, lambda: results("upstream"))
 
 
-@needs_upstream
 def test_tls12_differences_from_upstream(start, rsa):
     """The documented differences at TLS 1.2: Go 1.19 also takes SHA-1 CBC suites, RSA key
     exchange, SHA-1 signatures and client keys below our level, ours does not; ours keeps the
     ECDHE CBC-SHA256/384 suites it had, which Go lacks."""
     weak = [("ECDHE-RSA-AES128-SHA:@SECLEVEL=0",), ("AES128-GCM-SHA256:@SECLEVEL=0",),
             (ANY_CIPHER, "-sigalgs", "RSA+SHA1")]
-    theirs = start("upstream", rsa.pairs["rsa2048"])
-    ours = start("ours", rsa.pairs["rsa2048"])
-    for args in weak:
-        assert https_handshake(theirs, "tls1.2", *args)[0] == "TLSv1.2", args
-        assert https_handshake(ours, "tls1.2", *args) == REFUSED, args
-    for cipher in ("ECDHE-RSA-AES128-SHA256", "ECDHE-RSA-AES256-SHA384"):  # kept from before
-        assert https_handshake(theirs, "tls1.2", cipher) == REFUSED, cipher
-        assert https_handshake(ours, "tls1.2", cipher) == ("TLSv1.2", cipher)
-    assert https_handshake(theirs, "tls1.2", "DHE-RSA-AES128-GCM-SHA256") == REFUSED
-    assert https_handshake(ours, "tls1.2", "DHE-RSA-AES128-GCM-SHA256") == REFUSED  # no DH params
+    kept = ("ECDHE-RSA-AES128-SHA256", "ECDHE-RSA-AES256-SHA384")  # kept from before
     policy = ("--tls-client-auth-policy=require-verify", f"--tls-root-ca-file={rsa.ca}")
-    theirs = start("upstream", rsa.pairs["rsa2048"], *policy)
-    ours = start("ours", rsa.pairs["rsa2048"], *policy)
     small = rsa.pairs["rsa1024"]  # a client certificate under the server's security level
-    assert tcp_handshake(theirs, "tls1.2", cert=small)[0] == "TLSv1.2"
-    assert tcp_handshake(ours, "tls1.2", cert=small) == REFUSED
+
+    def results(which: str) -> tuple:
+        node = start(which, rsa.pairs["rsa2048"])
+        verifying = start(which, rsa.pairs["rsa2048"], *policy)
+        return ([https_handshake(node, "tls1.2", *args) for args in weak],
+                [https_handshake(node, "tls1.2", cipher) for cipher in kept],
+                https_handshake(node, "tls1.2", "DHE-RSA-AES128-GCM-SHA256"),
+                tcp_handshake(verifying, "tls1.2", cert=small))
+
+    theirs = RECORDED.answer(None, lambda: results("upstream"))
+    ours = results("ours")
+    assert [got[0] for got in theirs[0]] == ["TLSv1.2"] * len(weak)
+    assert ours[0] == [REFUSED] * len(weak)
+    assert theirs[1] == [REFUSED] * len(kept)
+    assert ours[1] == [("TLSv1.2", cipher) for cipher in kept]
+    assert theirs[2] == ours[2] == REFUSED  # no DH params
+    assert theirs[3][0] == "TLSv1.2"
+    assert ours[3] == REFUSED

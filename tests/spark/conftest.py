@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers.servers import Nsqd, Nsqlookupd, ServerProcess, free_port
-from helpers.upstream import upstream_binary, upstream_path
+from helpers.upstream import live_only, upstream_path
 
 from spark.nsq_spark_util import build_spark, stop_spark
 
@@ -73,7 +73,10 @@ def nsqd_factory(tmp_path):
 
 @pytest.fixture
 def upstream_nsqd(tmp_path):
-    upstream_binary("nsqd")  # or skip
+    """Upstream's nsqd for a test of our client against it: live only, a recording of its
+    answers cannot stand in for the server."""
+    if UPSTREAM_NSQD is None:
+        pytest.skip(live_only("the Spark source reading from upstream's nsqd needs that nsqd running"))
     node = UpstreamNsqd(tmp_path / "upstream-nsqd")
     yield node
     node.stop()

@@ -3,12 +3,15 @@
 Each test runs upstream's binary and ours under one condition (bad flags, no nsqd, nsqd going
 away and coming back, nsqlookupd unreachable, an output directory that cannot be made, a topic
 nsqd refuses...), each against its own servers, and compares the exit status, stderr line by line
-(timestamps, ports and ids masked; go-nsq's connection wind-down lines, which upstream logs from
-racing goroutines, as a multiset) and what reached nsqd, stdout or the files. Where nsqpy differs
-on purpose (docs/fidelity.md, "The utilities") the test says so and checks both behaviours.
+(timestamps, ports, ids and temporary paths masked; go-nsq's connection wind-down lines, which
+upstream logs from racing goroutines, as a multiset) and what reached nsqd, stdout or the files.
+Where nsqpy differs on purpose (docs/fidelity.md, "The utilities") the test says so and checks
+both behaviours.
 
-Needs upstream's binaries (``NSQ_UPSTREAM_BIN``); skipped without them.
-``test_failures.py`` pins our side alone for CI.
+Upstream's side runs live with its binaries (``NSQ_UPSTREAM_BIN``); without them it comes from
+``tests/recordings/exits/test_upstream_failures.json`` (``helpers.recording``), where go-nsq's
+lines are kept per instance without the wind-down lines, whose set varies from run to run.
+``test_failures.py`` pins our side alone.
 """
 
 from __future__ import annotations
@@ -18,29 +21,38 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
+from helpers.recording import recording
 from helpers.servers import ServerProcess, free_port, unique_name
+from helpers.upstream import live_only
 from tools.http_sink import HTTPSink
 from tools.sidebyside import (
-    SIDES,
-    SKIP_REASON,
     UPSTREAM,
     NsqdAt,
-    Outcome,
     Running,
     assert_same_lines,
     binary,
     is_close_line,
     run_once,
+    streams,
     without_extensions,
 )
 from tools.tool_util import create_channel, http
 
-pytestmark = [pytest.mark.skipif(UPSTREAM is None, reason=SKIP_REASON)]
-
 POLL = "--consumer-opt=lookupd_poll_interval,1500ms"  # go-nsq's reconnect pace, shortened
+RECORDED = recording("exits", "test_upstream_failures")
+
+
+def upstream_and_ours(attempt: Callable[[str], tuple]) -> tuple[tuple, tuple]:
+    """``attempt(side)`` for upstream (live, or as recorded) and for ours. It returns
+    ``(status, lines, ...)``; of upstream's ``lines`` the recording keeps their ``streams``
+    (``assert_same_lines`` takes either)."""
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"),
+                               kept=lambda up: (up[0], streams(up[1]), *up[2:]))
+    return upstream, attempt("nsqpy")
 
 
 def pub(nsqd: NsqdAt, topic: str, body: bytes) -> None:
@@ -166,16 +178,26 @@ ARGUMENT_CASES = [
 ]
 
 
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("tool, args", ARGUMENT_CASES, ids=[" ".join([t, *a]).replace(CLOSED, "CLOSED") for t, a in ARGUMENT_CASES])
 def test_argument_and_start_up_errors(tool, args):
     """Same status, same stderr, at once: argument errors, names go-nsq refuses, addresses Go's
     dialer refuses, an nsqd that refuses the connection."""
-    upstream, ours = (run_once([binary(side, tool), *args], timeout=20) for side in SIDES)
-    assert upstream.code is not None and upstream.elapsed < 3, upstream
-    assert ours.code == upstream.code, (ours, upstream)
-    assert without_extensions(tool, ours.lines()) == upstream.lines()
-    assert ours.elapsed < 5  # at once (Python's start-up is the difference)
+    def attempt(side: str) -> tuple:
+        out = run_once([binary(side, tool), *args], timeout=20)
+        lines = out.lines({CLOSED: "CLOSED"})
+        if side == "nsqpy":
+            lines = without_extensions(tool, lines)
+        return out.code, lines
+
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"))
+    started = time.monotonic()
+    ours = attempt("nsqpy")
+    assert upstream[0] is not None, upstream  # upstream exited by itself
+    assert ours == upstream
+    assert time.monotonic() - started < 5  # at once (Python's start-up is the difference)
 
 
 @pytest.mark.timeout(90)
@@ -189,17 +211,19 @@ def test_argument_and_start_up_errors(tool, args):
 def test_start_up_refusals_from_a_live_nsqd(tool, args, tmp_path):
     """go-nsq's ``already connected`` for an address given twice; nsqd's IDENTIFY refusal of
     snappy and deflate together (nsqpy knows that answer and does not dial for it)."""
-    results = []
-    for side in SIDES:
+    def attempt(side: str) -> tuple:
         nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}")
         try:
             argv = [binary(side, tool), *(a.format(nsqd=nsqd.tcp_address) for a in args)]
-            results.append((run_once(argv, input=b"one\n", timeout=20), ports(nsqd)))
+            out = run_once(argv, input=b"one\n", timeout=20)
+            return out.code, out.lines(ports(nsqd))
         finally:
             nsqd.stop()
-    (upstream, up_masks), (ours, our_masks) = results
-    assert upstream.code == ours.code == 1
-    assert ours.lines(our_masks) == upstream.lines(up_masks)
+
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"))
+    ours = attempt("nsqpy")
+    assert upstream[0] == ours[0] == 1
+    assert ours[1] == upstream[1]
 
 
 # --- no nsqd --------------------------------------------------------------------------------------
@@ -214,12 +238,19 @@ def test_start_up_refusals_from_a_live_nsqd(tool, args, tmp_path):
 ])
 def test_refused_nsqd_is_fatal_at_once(tool, args):
     refused = f"127.0.0.1:{free_port()}"
-    upstream, ours = (run_once([binary(side, tool), *args, f"--nsqd-tcp-address={refused}"],
-                               input=b"one\n", timeout=20) for side in SIDES)
-    assert upstream.code == ours.code == 1
-    assert ours.lines() == upstream.lines()
-    assert ours.lines()[-1] == f"TS dial tcp {refused}: connect: connection refused"
-    assert ours.elapsed < 5
+
+    def attempt(side: str) -> tuple:
+        out = run_once([binary(side, tool), *args, f"--nsqd-tcp-address={refused}"],
+                       input=b"one\n", timeout=20)
+        return out.code, out.lines({refused: "REFUSED"})
+
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"))
+    started = time.monotonic()
+    ours = attempt("nsqpy")
+    assert upstream[0] == ours[0] == 1
+    assert ours[1] == upstream[1]
+    assert ours[1][-1] == "TS dial tcp REFUSED: connect: connection refused"
+    assert time.monotonic() - started < 5
 
 
 @pytest.mark.timeout(60)
@@ -227,27 +258,29 @@ def test_nsq_to_file_runs_on_without_its_topic(tmp_path):
     """upstream's nsq_to_file logs that the topic's logger cannot be made and runs on (with
     --topic it then archives nothing until stopped): same lines, same status at SIGTERM."""
     refused = f"127.0.0.1:{free_port()}"
-    results = []
-    for side in SIDES:
+
+    def attempt(side: str) -> tuple:
         run = Running([binary(side, "nsq_to_file"), "--topic=t", f"--nsqd-tcp-address={refused}",
                        f"--output-dir={tmp_path / side}"], tmp_path / "logs")
         try:
             run.wait_for_stderr(has_line("couldn't create logger"))
             time.sleep(0.5)
             assert run.proc.poll() is None, run.stderr()
-            results.append(run.finish(signal.SIGTERM))
+            out = run.finish(signal.SIGTERM)
         finally:
             run.kill()
-    upstream, ours = results
-    assert upstream.code == ours.code == 0
-    assert_same_lines(upstream.lines(), ours.lines())
-    assert not (tmp_path / "nsqpy").exists() and not (tmp_path / "upstream").exists()
+        masks = {refused: "REFUSED", str(tmp_path / side): "OUT"}
+        return out.code, out.lines(masks), (tmp_path / side).exists()
+
+    upstream, ours = upstream_and_ours(attempt)
+    assert upstream[0] == ours[0] == 0
+    assert_same_lines(upstream[1], ours[1])
+    assert not ours[2] and not upstream[2]  # no output directory made
 
 
 @pytest.mark.timeout(60)
 def test_nsq_stat_refused_and_nsqd_going_away(tmp_path):
-    results = []
-    for side in SIDES:
+    def attempt(side: str) -> tuple:
         nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}")
         try:
             create_channel(nsqd.http_address, "t", "c")
@@ -259,17 +292,20 @@ def test_nsq_stat_refused_and_nsqd_going_away(tmp_path):
                 while run.stdout().count(b"\n") < 3 and time.monotonic() < deadline:
                     time.sleep(0.05)  # the header and a first line of figures
                 nsqd.stop(signal.SIGKILL)  # gone at once (a stopping nsqd still answers a while)
-                results.append((run.finish(sig=None, timeout=20), ports(nsqd)))
+                out = run.finish(sig=None, timeout=20)
             finally:
                 run.kill()
         finally:
             nsqd.stop()
-    (upstream, up_masks), (ours, our_masks) = results
-    assert upstream.code == ours.code == 1
-    assert ours.lines(our_masks) == upstream.lines(up_masks)
-    assert ours.lines(our_masks)[-1].startswith(
+        return out.code, out.lines(ports(nsqd)), out.stdout.splitlines()[:2]
+
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"))
+    ours = attempt("nsqpy")
+    assert upstream[0] == ours[0] == 1
+    assert ours[1] == upstream[1]
+    assert ours[1][-1].startswith(
         "TS ERROR: failed to get topic producers - failed to query any nsqd: Get ")
-    assert ours.stdout.splitlines()[:2] == upstream.stdout.splitlines()[:2]
+    assert ours[2] == upstream[2]
 
 
 @pytest.mark.timeout(90)
@@ -281,8 +317,7 @@ def test_nsq_stat_refused_and_nsqd_going_away(tmp_path):
 ], ids=["unknown-topic-lookupd", "unknown-channel", "unknown-topic-nsqd", "one-nsqd-down"])
 def test_nsq_stat_cluster_errors(args, tmp_path):
     """upstream's clusterinfo errors, one nsqd down among several fatal too."""
-    results = []
-    for side in SIDES:
+    def attempt(side: str) -> tuple:
         lookupd = LookupdAt("nsqpy", tmp_path / f"lookupd-{side}")
         nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}",
                       extra=[f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"])
@@ -294,13 +329,16 @@ def test_nsq_stat_cluster_errors(args, tmp_path):
                 time.sleep(0.05)
             argv = [binary(side, "nsq_stat"),
                     *(a.format(nsqd=nsqd.http_address, lookupd=lookupd.http_address) for a in args)]
-            results.append((run_once(argv, timeout=20), ports(nsqd, lookupd)))
+            out = run_once(argv, timeout=20)
+            return out.code, out.lines({**ports(nsqd, lookupd), CLOSED: "CLOSED"})
         finally:
             nsqd.stop()
             lookupd.stop()
-    (upstream, up_masks), (ours, our_masks) = results
-    assert upstream.code == ours.code == 1
-    assert ours.lines(our_masks) == upstream.lines(up_masks)
+
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"))
+    ours = attempt("nsqpy")
+    assert upstream[0] == ours[0] == 1
+    assert ours[1] == upstream[1]
 
 
 # --- nsqd going away and coming back -------------------------------------------------------------
@@ -317,9 +355,10 @@ def _consumer_args(tool: str, destination: NsqdAt | None, tmp: Path,
     }[tool]
 
 
-def _bounce(tool: str, side: str, nsqd_side: str, tmp: Path) -> tuple[Outcome, dict[str, str], list[bytes]]:
+def _bounce(tool: str, side: str, nsqd_side: str, tmp: Path) -> tuple[int | None, list[str], list[bytes]]:
     """Start the tool on a topic, publish, stop nsqd, restart it after go-nsq's first reconnect
-    failed, publish again, stop the tool. Returns what the tool saw or wrote."""
+    failed, publish again, stop the tool. Returns its status, its lines (masked) and what it saw
+    or wrote."""
     nsqd = NsqdAt(nsqd_side, tmp / f"nsqd-{side}")
     destination = NsqdAt("nsqpy", tmp / f"dest-{side}") if tool == "nsq_to_nsq" else None
     sink = HTTPSink() if tool == "nsq_to_http" else None
@@ -358,7 +397,7 @@ def _bounce(tool: str, side: str, nsqd_side: str, tmp: Path) -> tuple[Outcome, d
             received = sorted(line for f in out_dir.rglob("*") if f.is_file()
                               for line in f.read_bytes().splitlines())
             masks[str(out_dir)] = "OUT"
-        return outcome, masks, received
+        return outcome.code, outcome.lines(masks), received
     finally:
         nsqd.stop()
         if destination is not None:
@@ -374,13 +413,15 @@ def _bounce(tool: str, side: str, nsqd_side: str, tmp: Path) -> tuple[Outcome, d
 ])
 def test_nsqd_going_away_and_coming_back(tool, nsqd_side, tmp_path):
     """go-nsq's reconnection: the lost connection's lines, ``re-connecting in 1.5s`` (the
-    lookupd poll interval), a refused attempt, the next one connects, messages flow again."""
-    (upstream, up_masks, up_got), (ours, our_masks, our_got) = (
-        _bounce(tool, side, nsqd_side, tmp_path) for side in SIDES)
-    assert upstream.code == ours.code == 0
-    assert_same_lines(upstream.lines(up_masks), ours.lines(our_masks))
-    assert our_got == up_got
-    assert len(our_got) >= 3
+    lookupd poll interval), a refused attempt, the next one connects, messages flow again.
+    Against upstream's nsqd it is live only: our tool needs that nsqd to talk to."""
+    if nsqd_side == "upstream" and UPSTREAM is None:
+        pytest.skip(live_only("our nsq_tail against upstream's nsqd needs that nsqd running"))
+    upstream, ours = upstream_and_ours(lambda side: _bounce(tool, side, nsqd_side, tmp_path))
+    assert upstream[0] == ours[0] == 0
+    assert_same_lines(upstream[1], ours[1])
+    assert ours[2] == upstream[2]
+    assert len(ours[2]) >= 3
 
 
 @pytest.mark.timeout(90)
@@ -388,8 +429,8 @@ def test_nsqd_going_away_and_coming_back(tool, nsqd_side, tmp_path):
 def test_lookupd_unreachable(tool, tmp_path):
     """A failing nsqlookupd is only logged: go-nsq's three tries per round, then the next round."""
     closed = f"127.0.0.1:{free_port()}"
-    results = []
-    for side in SIDES:
+
+    def attempt(side: str) -> tuple:
         args = ["--topic=t", f"--lookupd-http-address={closed}", POLL,
                 "--consumer-opt=lookupd_poll_jitter,0"]
         if tool == "nsq_to_file":
@@ -398,20 +439,21 @@ def test_lookupd_unreachable(tool, tmp_path):
         try:
             run.wait_for_stderr(count_lines("error querying nsqlookupd", 3))
             time.sleep(0.5)  # not long enough for a second round
-            results.append(run.finish(signal.SIGTERM))
+            out = run.finish(signal.SIGTERM)
         finally:
             run.kill()
-    upstream, ours = results
-    assert upstream.code == ours.code == 0
-    assert_same_lines(upstream.lines(), ours.lines())
-    assert f'Get "http://{closed}/lookup?topic=t": dial tcp {closed}: connect: connection refused' \
-        in ours.stderr
+        return out.code, out.lines({closed: "CLOSED", str(tmp_path / side): "OUT"})
+
+    upstream, ours = upstream_and_ours(attempt)
+    assert upstream[0] == ours[0] == 0
+    assert_same_lines(upstream[1], ours[1])
+    assert ('Get "http://CLOSED/lookup?topic=t": dial tcp CLOSED: connect: connection refused'
+            in "\n".join(ours[1]))
 
 
 @pytest.mark.timeout(90)
 def test_lookupd_going_away_keeps_the_connections(tmp_path):
-    results = []
-    for side in SIDES:
+    def attempt(side: str) -> tuple:
         lookupd = LookupdAt("nsqpy", tmp_path / f"lookupd-{side}")
         nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}",
                       extra=[f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"])
@@ -431,17 +473,18 @@ def test_lookupd_going_away_keeps_the_connections(tmp_path):
                 run.wait_for_stderr(count_lines("error querying nsqlookupd", 3))
                 pub(nsqd, "t", b"two")
                 time.sleep(0.5)
-                results.append((run.finish(signal.SIGTERM), ports(nsqd, lookupd)))
+                out = run.finish(signal.SIGTERM)
             finally:
                 run.kill()
+            return out.code, out.lines(ports(nsqd, lookupd)), out.stdout
         finally:
             nsqd.stop()
             lookupd.stop()
-    (upstream, up_masks), (ours, our_masks) = results
-    assert upstream.code == ours.code == 0
-    assert ours.stdout == upstream.stdout == b"one\ntwo\n"
-    up_lines, our_lines = upstream.lines(up_masks), ours.lines(our_masks)
-    assert_same_lines(up_lines, our_lines)
+
+    upstream, ours = upstream_and_ours(attempt)
+    assert upstream[0] == ours[0] == 0
+    assert ours[2] == upstream[2] == b"one\ntwo\n"
+    assert_same_lines(upstream[1], ours[1])
 
 
 # --- to_nsq ---------------------------------------------------------------------------------------
@@ -453,62 +496,63 @@ def _without_wind_down(lines: list[str]) -> list[str]:
 
 
 @pytest.mark.timeout(90)
-def test_to_nsq_nsqd_going_away_and_bouncing(tmp_path):
+@pytest.mark.parametrize("restart", [False, True], ids=["gone", "restarted"])
+def test_to_nsq_nsqd_going_away_and_bouncing(tmp_path, restart):
     """Between two lines of input: nsqd gone for good → the next publish dials, is refused, fatal;
     nsqd restarted → the next publish dials again and goes through."""
-    for restart in (False, True):
-        results = []
-        for side in SIDES:
-            nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}-{restart}")
+    def attempt(side: str) -> tuple:
+        nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}-{restart}")
+        try:
+            run = Running([binary(side, "to_nsq"), "--topic=t", f"--nsqd-tcp-address={nsqd.tcp_address}"],
+                          tmp_path / "logs", stdin=subprocess.PIPE)
             try:
-                run = Running([binary(side, "to_nsq"), "--topic=t", f"--nsqd-tcp-address={nsqd.tcp_address}"],
-                              tmp_path / "logs", stdin=subprocess.PIPE)
-                try:
-                    assert run.proc.stdin is not None
-                    run.proc.stdin.write(b"one\n")
-                    run.proc.stdin.flush()
-                    wait = time.monotonic() + 10
-                    while topic_messages(nsqd, "t") < 1:
-                        assert time.monotonic() < wait
-                        time.sleep(0.05)
-                    if restart:
-                        nsqd = nsqd.restart()
-                    else:
-                        nsqd.stop()
-                    run.wait_for_stderr(has_line("exiting router"))
-                    # go-nsq's producer is back to "not connected yet" a moment after its
-                    # router said so; a publish before that fails with "not connected"
-                    time.sleep(0.5)
-                    run.proc.stdin.write(b"two\n")
-                    run.proc.stdin.close()
-                    outcome = run.finish(sig=None)
-                finally:
-                    run.kill()
-                delivered = topic_messages(nsqd, "t") if restart else None
-                results.append((outcome, ports(nsqd), delivered))
+                assert run.proc.stdin is not None
+                run.proc.stdin.write(b"one\n")
+                run.proc.stdin.flush()
+                wait = time.monotonic() + 10
+                while topic_messages(nsqd, "t") < 1:
+                    assert time.monotonic() < wait
+                    time.sleep(0.05)
+                if restart:
+                    nsqd = nsqd.restart()
+                else:
+                    nsqd.stop()
+                run.wait_for_stderr(has_line("exiting router"))
+                # go-nsq's producer is back to "not connected yet" a moment after its
+                # router said so; a publish before that fails with "not connected"
+                time.sleep(0.5)
+                run.proc.stdin.write(b"two\n")
+                run.proc.stdin.close()
+                outcome = run.finish(sig=None)
             finally:
-                nsqd.stop()
-        (upstream, up_masks, up_n), (ours, our_masks, our_n) = results
-        assert ours.code == upstream.code == (0 if restart else 1)
-        assert_same_lines(upstream.lines(up_masks), ours.lines(our_masks))
-        assert our_n == up_n
+                run.kill()
+            delivered = topic_messages(nsqd, "t") if restart else None
+            return outcome.code, outcome.lines(ports(nsqd)), delivered
+        finally:
+            nsqd.stop()
+
+    upstream, ours = upstream_and_ours(attempt)
+    assert ours[0] == upstream[0] == (0 if restart else 1)
+    assert_same_lines(upstream[1], ours[1])
+    assert ours[2] == upstream[2]
 
 
 @pytest.mark.timeout(60)
 def test_to_nsq_topic_nsqd_refuses(tmp_path):
-    results = []
-    for side in SIDES:
+    def attempt(side: str) -> tuple:
         nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}")
         try:
-            outcome = run_once([binary(side, "to_nsq"), "--topic=bad!", f"--nsqd-tcp-address={nsqd.tcp_address}"],
-                               input=b"a\nb\n")
-            results.append((outcome, ports(nsqd)))
+            outcome = run_once([binary(side, "to_nsq"), "--topic=bad!",
+                                f"--nsqd-tcp-address={nsqd.tcp_address}"], input=b"a\nb\n")
+            return outcome.code, _without_wind_down(outcome.lines(ports(nsqd)))
         finally:
             nsqd.stop()
-    (upstream, up_masks), (ours, our_masks) = results
-    assert upstream.code == ours.code == 1
-    assert _without_wind_down(ours.lines(our_masks)) == _without_wind_down(upstream.lines(up_masks))
-    assert ours.lines()[-1] == 'TS E_BAD_TOPIC PUB topic name "bad!" is not valid'
+
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"))
+    ours = attempt("nsqpy")
+    assert upstream[0] == ours[0] == 1
+    assert ours[1] == upstream[1]
+    assert ours[1][-1] == 'TS E_BAD_TOPIC PUB topic name "bad!" is not valid'
 
 
 # --- nsq_to_nsq, nsq_to_file ---------------------------------------------------------------------
@@ -519,8 +563,8 @@ def test_nsq_to_nsq_destination_refused(tmp_path):
     """A destination that cannot be dialled: go-nsq's handler error, the message requeued, the
     consumer backs off."""
     refused = f"127.0.0.1:{free_port()}"
-    results = []
-    for side in SIDES:
+
+    def attempt(side: str) -> tuple:
         nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}")
         try:
             pub(nsqd, "t", b"one")
@@ -529,24 +573,26 @@ def test_nsq_to_nsq_destination_refused(tmp_path):
             try:
                 run.wait_for_stderr(has_line("backing off for 2s (backoff level 1)"))
                 time.sleep(0.5)
-                results.append((run.finish(signal.SIGTERM), ports(nsqd)))
+                out = run.finish(signal.SIGTERM)
             finally:
                 run.kill()
+            return out.code, out.lines({**ports(nsqd), refused: "REFUSED"})
         finally:
             nsqd.stop()
-    (upstream, up_masks), (ours, our_masks) = results
-    assert upstream.code == ours.code == 0
-    assert_same_lines(upstream.lines(up_masks), ours.lines(our_masks))
-    assert f"Handler returned error (dial tcp {refused}: connect: connection refused) for msg MSGID" \
-        in "\n".join(ours.lines(our_masks))
+
+    upstream, ours = upstream_and_ours(attempt)
+    assert upstream[0] == ours[0] == 0
+    assert_same_lines(upstream[1], ours[1])
+    assert "Handler returned error (dial tcp REFUSED: connect: connection refused) for msg MSGID" \
+        in "\n".join(ours[1])
 
 
 @pytest.mark.timeout(60)
 def test_nsq_to_file_output_dir_cannot_be_made(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_bytes(b"")
-    results = []
-    for side in SIDES:
+
+    def attempt(side: str) -> tuple:
         nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}")
         try:
             run = Running([binary(side, "nsq_to_file"), "--topic=t", f"--nsqd-tcp-address={nsqd.tcp_address}",
@@ -555,35 +601,43 @@ def test_nsq_to_file_output_dir_cannot_be_made(tmp_path):
                 run.wait_for_stderr(has_line("connecting to nsqd"))
                 time.sleep(0.3)
                 pub(nsqd, "t", b"one")
-                results.append((run.finish(sig=None), ports(nsqd)))
+                out = run.finish(sig=None)
             finally:
                 run.kill()
+            return out.code, out.lines({**ports(nsqd), str(tmp_path): "TMP"})
         finally:
             nsqd.stop()
-    (upstream, up_masks), (ours, our_masks) = results
-    assert upstream.code == ours.code == 1
-    assert ours.lines(our_masks) == upstream.lines(up_masks)
-    assert ours.lines()[-1] == (f"[nsq_to_file] TS.us FATAL: [t/nsq_to_file] unable to create dir: "
-                                f"mkdir {blocker}: not a directory")
+
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"))
+    ours = attempt("nsqpy")
+    assert upstream[0] == ours[0] == 1
+    assert ours[1] == upstream[1]
+    assert ours[1][-1] == ("[nsq_to_file] TS.us FATAL: [t/nsq_to_file] unable to create dir: "
+                           "mkdir TMP/a-file: not a directory")
 
 
 @pytest.mark.timeout(60)
 def test_nsq_to_file_topic_name_nsqd_would_refuse(tmp_path):
     """On purpose: the same line as upstream's, then exit 1 where upstream runs on archiving
     nothing (docs/fidelity.md)."""
-    upstream_run = Running([binary("upstream", "nsq_to_file"), "--topic=bad!", f"--nsqd-tcp-address={CLOSED}",
-                            f"--output-dir={tmp_path}"], tmp_path / "logs")
-    try:
-        upstream_run.wait_for_stderr(has_line("couldn't create logger"))
-        time.sleep(0.5)
-        assert upstream_run.proc.poll() is None
-        upstream = upstream_run.finish(signal.SIGTERM)
-    finally:
-        upstream_run.kill()
+    def upstream_run() -> tuple:
+        upstream_run = Running([binary("upstream", "nsq_to_file"), "--topic=bad!",
+                                f"--nsqd-tcp-address={CLOSED}", f"--output-dir={tmp_path}"],
+                               tmp_path / "logs")
+        try:
+            upstream_run.wait_for_stderr(has_line("couldn't create logger"))
+            time.sleep(0.5)
+            assert upstream_run.proc.poll() is None
+            out = upstream_run.finish(signal.SIGTERM)
+        finally:
+            upstream_run.kill()
+        return out.code, out.lines()
+
+    upstream = RECORDED.answer(None, upstream_run)
     ours = run_once([binary("nsqpy", "nsq_to_file"), "--topic=bad!", f"--nsqd-tcp-address={CLOSED}",
                      f"--output-dir={tmp_path}"], timeout=20)
-    assert (upstream.code, ours.code) == (0, 1)
-    assert ours.lines() == upstream.lines() == [
+    assert (upstream[0], ours.code) == (0, 1)
+    assert ours.lines() == upstream[1] == [
         "[nsq_to_file] TS.us ERROR: couldn't create logger for new topic bad!: invalid topic name"]
 
 
@@ -591,8 +645,7 @@ def test_nsq_to_file_topic_name_nsqd_would_refuse(tmp_path):
 def test_nsq_tail_closed_stdout(tmp_path):
     """``nsq_tail ... | head -1``: Go's runtime dies of SIGPIPE; so do we (after handing the
     messages in flight back, which upstream does not)."""
-    codes = []
-    for side in SIDES:
+    def attempt(side: str) -> int:
         nsqd = NsqdAt("nsqpy", tmp_path / f"nsqd-{side}")
         try:
             topic = unique_name("pipe")
@@ -605,11 +658,13 @@ def test_nsq_tail_closed_stdout(tmp_path):
                 assert proc.stdout is not None
                 proc.stdout.readline()
                 proc.stdout.close()
-                codes.append(proc.wait(20))
+                return proc.wait(20)
             finally:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(10)
         finally:
             nsqd.stop()
-    assert codes == [-signal.SIGPIPE, -signal.SIGPIPE]
+
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"))
+    assert [upstream, attempt("nsqpy")] == [-signal.SIGPIPE, -signal.SIGPIPE]
