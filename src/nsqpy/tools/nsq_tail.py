@@ -51,7 +51,8 @@ def build_flagset() -> FlagSet:
                     "multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
         *history.flags("print the topic's retained messages from this point first, then the live ones",
                        "with --from: stop at this point instead of going on with the live "
-                       "messages (default: go on)"),
+                       "messages (default: go on)",
+                       "; alone, it also gives the live messages, from the TCP port nsqd's /info names"),
     )
     return fs
 
@@ -108,17 +109,18 @@ class Tail:
             self.done.set()
         return True
 
-    async def replay(self, o: Any, start: Any, end: Any, live: bool,
+    async def replay(self, sources: dict[str, list[str]], start: Any, end: Any, live: bool,
                      secret: str | None) -> None:
-        """--from: print each topic's history, then (``live``) the live messages held meanwhile,
-        without those the history already showed (same id)."""
+        """--from: print each topic's history (from the nsqd ``sources`` names for it), then
+        (``live``) the live messages held meanwhile, without those the history already showed
+        (same id)."""
         recent: set[bytes] = set()
         since = time.time_ns() - OVERLAP_NS  # live messages can only be this old
         touched = time.monotonic()
         async with common.http_session(5.0, 3600.0) as session:
-            for topic in o.topic:
+            for topic, bases in sources.items():
                 prefix = topic.encode() + b" | " if self.print_topic else b""
-                async for batch in history.read(session, o, topic, start, end, secret):
+                async for batch in history.read(session, bases, topic, start, end, secret):
                     for msg in batch:
                         if not self.show(prefix, msg.body):
                             break
@@ -160,6 +162,15 @@ async def _main(o: Any, cfg: GoNsqConfig) -> int:
     consumers: list[common.GoConsumer] = []
     replay = o.replay
     live = replay is None or not getattr(o, "to", "")
+    secret = cfg.conn.get("auth_secret")
+    sources: dict[str, list[str]] = {}
+    if replay is not None or o.follow_http:
+        async with common.http_session(5.0, 60.0) as session:
+            if replay is not None:  # before any SUB, which would make a mistyped topic
+                for topic in o.topic:
+                    sources[topic] = await history.holders(session, o, topic, *replay, secret)
+            if o.follow_http and live:
+                o.nsqd_tcp_address = await history.follow_addresses(session, o)
     if replay is not None and live:
         tail.held = []  # subscribe first, so nothing published during the replay is missed
     for topic in o.topic if live else ():
@@ -172,7 +183,7 @@ async def _main(o: Any, cfg: GoNsqConfig) -> int:
         except common.StartError as err:
             fatal(str(err))
     if replay is not None:
-        await tail.replay(o, replay[0], replay[1], live, cfg.conn.get("auth_secret"))
+        await tail.replay(sources, replay[0], replay[1], live, secret)
     await done.wait()
     if tail.broken or tail.reached:
         # upstream exits on the spot here, saying nothing more: hand back what is in flight
@@ -196,7 +207,9 @@ def main(argv: list[str] | None = None) -> None:
     if o.channel == "":
         o.channel = random_channel()
     o.replay = history.points(o)  # --from/--to checked first: they decide which sources are needed
-    if not (o.replay is not None and getattr(o, "to", "")):
+    # given only --nsqd-http-address, the live messages come from the TCP port its /info names
+    o.follow_http = bool(o.nsqd_http_address and not o.nsqd_tcp_address and not o.lookupd_http_address)
+    if not (o.replay is not None and getattr(o, "to", "")) and not o.follow_http:
         common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address)
     if not o.topic:
         fatal("--topic required")
