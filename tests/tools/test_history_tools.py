@@ -179,6 +179,9 @@ def test_bad_points_and_missing_http_sources_are_refused(nsqd):
     result = run_tool("nsq_tail", f"--topic={topic}", f"--nsqd-http-address={nsqd.http_address}",
                       "--from=yesterday", timeout=30)
     assert result.returncode == 1 and b"invalid --from 'yesterday'" in result.stderr, result.stderr
+    result = run_tool("nsq_to_file", f"--topic={topic}", f"--nsqd-http-address={nsqd.http_address}",
+                      "--from=1795927286", "--output-dir=unused", timeout=30)
+    assert result.returncode == 1 and b"milliseconds, not seconds" in result.stderr, result.stderr
     result = run_tool("nsq_to_file", f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp_address}",
                       "--from=earliest", timeout=30)
     assert result.returncode == 1 and b"need --nsqd-http-address or --lookupd-http-address" in result.stderr

@@ -40,23 +40,41 @@ Point = str | int
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)$"
 )
+#: the smallest unix-ms point (1973-03-03): a smaller number can only be unix seconds
+MIN_UNIX_MS = 10**11
 
 
 # --- points ------------------------------------------------------------------------------------
 
 
+def unix_ms(value: int, what: str = "point") -> int:
+    """Unix milliseconds -> ns. A number below :data:`MIN_UNIX_MS` is refused, naming both units:
+    it can only be unix seconds (``1795927286`` is 2026 in seconds, January 1970 in ms, which
+    would read everything), and guessing the unit by size would make one number mean two
+    things."""
+    if value >= MIN_UNIX_MS:
+        return value * 1_000_000
+    if value <= 0:
+        raise ValueError(f"invalid {what} {value}: points are unix milliseconds from {MIN_UNIX_MS} "
+                         "(1973) on; for the oldest retained message give earliest")
+    raise ValueError(f"invalid {what} {value}: points are unix milliseconds, not seconds; as "
+                     f"seconds {value} is {format_point(value * 1_000_000_000)}: give "
+                     f"{value * 1000} or that RFC 3339 time")
+
+
 def parse_point(text: str | int, what: str = "point") -> Point:
     """``earliest`` | ``latest`` | RFC 3339 (fractions to the nanosecond) | unix ms -> a Point.
 
-    ValueError names ``what`` (``from``, ``to``...) and the text when it is none of these."""
+    ValueError names ``what`` (``from``, ``to``...) and the text when it is none of these, and
+    both units for a number that can only be unix seconds (:func:`unix_ms`)."""
     if isinstance(text, int):
-        return text * 1_000_000
+        return unix_ms(text, what)
     value = text.strip()
     low = value.lower()
     if low in (EARLIEST, LATEST):
         return low
     if re.fullmatch(r"-?\d+", value):
-        return int(value) * 1_000_000
+        return unix_ms(int(value), what)
     m = _RFC3339.match(value)
     if m:
         year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
