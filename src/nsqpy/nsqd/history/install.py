@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...common.goweb import ApiError, first_value
 from ...httpserver import DRAIN
 from ...protocol.names import is_ephemeral
+from ..auth.needs import SUBSCRIBE, on_channel_unless
 from ..http import Route
 from .options import history_on
 
@@ -50,7 +51,9 @@ def refuse_from(api: "NsqdHTTP") -> list[Route]:
             raise ApiError(400, "EPHEMERAL")
         raise ApiError(400, "RETENTION_OFF")
 
-    return [Route("POST", "/channel/create", channel_create, DRAIN)]
+    # the same secret as the route it stands in for: upstream's (strict) without from=
+    return [Route("POST", "/channel/create", channel_create, DRAIN,
+                  auth=on_channel_unless("from", SUBSCRIBE))]
 
 
 def _install(nsqd: "NSQD") -> None:
