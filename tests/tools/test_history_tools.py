@@ -51,6 +51,34 @@ def test_tail_from_then_live_without_a_gap_or_a_repeat(nsqd_factory, tools):
     assert tail.stdout().split(b"\n")[:-1] == old + live
 
 
+def test_tail_from_a_topic_without_channels_prints_its_backlog_once(nsqd_factory, tools):
+    """A topic with no channel hands its whole backlog to nsq_tail's new channel, as live
+    messages of any age, which the history prints too: 300 retained messages came out 550
+    times (the first --max-in-flight were deduped by id, the rest not). Each is printed once,
+    then the live ones."""
+    nsqd = nsqd_factory("--retention=1h")
+    topic = unique_name("bl")
+    old = [b"old-%03d" % i for i in range(300)]
+    mpub(nsqd.http_address, topic, old)  # no channel: the topic keeps them for the first one
+    tail = tools.start("nsq_tail", f"--topic={topic}", f"--nsqd-http-address={nsqd.http_address}",
+                       "--from=earliest", "--max-in-flight=50", "--n=320")
+    wait_for(lambda: tail_subscribed(nsqd, topic), 20, what="nsq_tail subscribed over TCP")
+    wait_for(lambda: (channel_depth(nsqd, topic), tail.stdout().count(b"\n")) == (0, 300), 30,
+             what="the backlog delivered to nsq_tail and the history printed")
+    live = [b"live-%03d" % i for i in range(20)]
+    mpub(nsqd.http_address, topic, live)
+    assert tail.wait(30) == 0, tail.stderr()
+    assert tail.stdout().split(b"\n")[:-1] == old + live
+
+
+def channel_depth(nsqd, topic: str) -> int:
+    """What nsq_tail's channel still has to deliver (queued and in flight)."""
+    import orjson
+
+    _, body = http("GET", f"http://{nsqd.http_address}/stats?format=json&topic={topic}")
+    return sum(c["depth"] + c["in_flight_count"] for t in orjson.loads(body)["topics"] for c in t["channels"])
+
+
 def test_to_file_archives_a_range_and_exits(nsqd_factory, tmp_path):
     """[earliest, just after the first 100 messages): the files hold those, nothing is consumed."""
     from nsqpy.client.history import format_point

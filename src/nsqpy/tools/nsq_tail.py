@@ -75,7 +75,12 @@ class Tail:
         self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
         #: with --from, live messages delivered while the history is printed (None otherwise)
-        self.held: list[tuple[bytes, Message]] | None = None
+        self.held: list[tuple[str, bytes, Message]] | None = None
+        #: with --from, per topic, the timestamps the history printed on every nsqd read: a live
+        #: message inside them was printed already (each nsqd logs what it accepts before any
+        #: channel gets it, in time order), however old it is: a topic that had no channel hands
+        #: its whole backlog to ours, as live messages
+        self.printed: dict[str, tuple[int, int]] = {}
 
     def handler(self, topic: str) -> Callable[[Message], None]:
         prefix = topic.encode() + b" | " if self.print_topic else b""
@@ -83,13 +88,17 @@ class Tail:
         def handle(msg: Message) -> None:
             if self.held is not None:  # --from: history first; live messages wait (unanswered)
                 msg.disable_auto_response()
-                self.held.append((prefix, msg))
+                self.held.append((topic, prefix, msg))
                 return
-            if not self.show(prefix, msg.body):
+            if not self.was_printed(topic, msg) and not self.show(prefix, msg.body):
                 msg.requeue(0, backoff=False)  # not ours to show: give it back untouched
             # returning FINishes the message
 
         return handle
+
+    def was_printed(self, topic: str, msg: Message) -> bool:
+        span = self.printed.get(topic)
+        return span is not None and span[0] <= msg.timestamp <= span[1]
 
     def show(self, prefix: bytes, body: bytes) -> bool:
         """Print one message; False when it is not to be shown (--n reached, stdout gone)."""
@@ -115,27 +124,38 @@ class Tail:
         (``live``) the live messages held meanwhile, without those the history already showed
         (same id)."""
         recent: set[bytes] = set()
-        since = time.time_ns() - OVERLAP_NS  # live messages can only be this old
+        since = time.time_ns() - OVERLAP_NS  # published while we subscribed: deduped by id
         touched = time.monotonic()
         async with common.http_session(5.0, 3600.0) as session:
             for topic, bases in sources.items():
                 prefix = topic.encode() + b" | " if self.print_topic else b""
-                async for batch in history.read(session, bases, topic, start, end, secret):
-                    for msg in batch:
-                        if not self.show(prefix, msg.body):
-                            break
-                        if live and msg.timestamp >= since:
-                            recent.add(msg.id)
+                spans = []  # (oldest, newest) printed, per nsqd
+                for base in bases:
                     if self.done.is_set():
                         break
-                    if self.held and time.monotonic() - touched > TOUCH_HELD_S:
-                        touched = time.monotonic()  # keep what waits ours past its msg_timeout
-                        for _prefix, held_msg in self.held:
-                            held_msg.touch()
-                    await asyncio.sleep(0)  # let heartbeats and the flush run
+                    oldest, newest = 1 << 63, -1
+                    async for batch in history.read(session, [base], topic, start, end, secret):
+                        for msg in batch:
+                            if not self.show(prefix, msg.body):
+                                break
+                            oldest, newest = min(oldest, msg.timestamp), max(newest, msg.timestamp)
+                            if live and msg.timestamp >= since:
+                                recent.add(msg.id)
+                        if self.done.is_set():
+                            break
+                        if self.held and time.monotonic() - touched > TOUCH_HELD_S:
+                            touched = time.monotonic()  # keep what waits ours past its msg_timeout
+                            for _topic, _prefix, held_msg in self.held:
+                                held_msg.touch()
+                        await asyncio.sleep(0)  # let heartbeats and the flush run
+                    spans.append((oldest, newest))
+                # a live message can come from any of them: the span all of them printed
+                lo, hi = max((s[0] for s in spans), default=1), min((s[1] for s in spans), default=0)
+                if lo <= hi:
+                    self.printed[topic] = (lo, hi)
         held, self.held = self.held or [], None
-        for prefix, msg in held:
-            if msg.id in recent or self.show(prefix, msg.body):
+        for topic, prefix, msg in held:
+            if msg.id in recent or self.was_printed(topic, msg) or self.show(prefix, msg.body):
                 msg.finish()
             else:
                 msg.requeue(0, backoff=False)
