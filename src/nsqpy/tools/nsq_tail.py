@@ -138,9 +138,14 @@ class Tail:
                         for msg in batch:
                             if not self.show(prefix, msg.body):
                                 break
-                            oldest, newest = min(oldest, msg.timestamp), max(newest, msg.timestamp)
-                            if live and msg.timestamp >= since:
-                                recent.add(msg.id)
+                            if live:  # what the live messages are checked against
+                                ts = msg.timestamp
+                                if ts < oldest:
+                                    oldest = ts
+                                if ts > newest:
+                                    newest = ts
+                                if ts >= since:
+                                    recent.add(msg.id)
                         if self.done.is_set():
                             break
                         if self.held and time.monotonic() - touched > TOUCH_HELD_S:
