@@ -220,7 +220,9 @@ class NsqHistoryReader(DataSourceReader):
         return [InputPartition(s) for s in self.slices]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if partition.value is None:  # an empty plan: PySpark reads [] as [InputPartition(None)]
+        # an empty plan: PySpark reads [] as one partition, [InputPartition(None)] (4.1+) or
+        # [None] (4.0)
+        if partition is None or partition.value is None:
             return iter(())
         return read_slice(partition.value, self.config)
 
