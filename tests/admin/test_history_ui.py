@@ -56,8 +56,31 @@ def test_history_section_and_rewind(history_cluster, page):
         expect(section.locator(f'tr[data-history-node="{node.http_address}"] td').nth(1)).to_have_text(str(n))
     expect(total.locator("td").nth(4)).to_contain_text("Z")  # the oldest, as RFC 3339
 
+    page.set_viewport_size({"width": 1400, "height": 900})
     page.goto(f"{cluster.admin.url}/topics/{topic}/work")
-    expect(page.locator("#rewind-to")).to_have_value("earliest")
+    _check_rewind_field(page)
+    field = page.get_by_label("Rewind to")
+    expect(field).to_have_value("earliest")
+    # a number that can only be unix seconds is refused before any question is asked
+    field.fill("1795927286")
+    page.get_by_role("button", name="Rewind Channel").click()
+    expect(page.locator("#flash")).to_contain_text("milliseconds, not seconds")
+    expect(page.locator("#confirm-dialog")).not_to_be_visible()
+    # the confirmation says how many retained messages the rewind replays, and from when
+    oldest = min(nsqd_stats(n, topic)["history"]["oldest_timestamp"] for n in cluster.nodes)
+    field.fill("earliest")
+    page.get_by_role("button", name="Rewind Channel").click()
+    question = page.locator("#confirm-text")
+    expect(question).to_contain_text("It replays 8 retained messages, from ")
+    expect(question).to_contain_text(_rfc3339(oldest)[:19])  # to the second
+    expect(question).to_contain_text("(2 nsqd), to every subscriber of the channel")
+    page.locator("#confirm-dialog").get_by_role("button", name="Cancel").click()
+    # a time past the newest message: nothing to replay, and the question says so
+    field.fill("2100-01-01T00:00:00Z")
+    page.get_by_role("button", name="Rewind Channel").click()
+    expect(question).to_contain_text("No message is retained from that point on")
+    page.locator("#confirm-dialog").get_by_role("button", name="Cancel").click()
+    field.fill("earliest")
     page.get_by_role("button", name="Rewind Channel").click()
     page.locator("#confirm-dialog").get_by_role("button", name="Confirm").click()
     expect(page.locator("#flash")).to_contain_text("Channel rewound.")
@@ -77,3 +100,27 @@ def test_history_section_and_rewind(history_cluster, page):
     page.goto(f"{cluster.admin.url}/topics/{plain}/c")
     expect(page.get_by_role("button", name="Pause Channel")).to_be_visible()
     expect(page.locator("#rewind-to")).to_have_count(0)
+
+
+def _rfc3339(ns: int) -> str:
+    from nsqpy.client.history import format_point
+
+    return format_point(ns)
+
+
+def _check_rewind_field(page) -> None:
+    """Issue #43: the rewind point was an unstyled text box with no label, flush against the
+    button. Now: a label names it, it is styled as the page's other inputs (border, radius,
+    padding), a hint lists its forms, and there is room between it and the button."""
+    field = page.get_by_label("Rewind to")
+    expect(field).to_be_visible()
+    expect(field).to_have_attribute("aria-describedby", "rewind-help")
+    expect(page.locator("#rewind-help")).to_contain_text("earliest, an RFC 3339 time")
+    style = field.evaluate("el => { const s = getComputedStyle(el); return [s.borderTopLeftRadius, "
+                           "s.paddingLeft, s.borderTopStyle, s.borderTopColor, s.fontSize]; }")
+    assert style == ["4px", "8px", "solid", "rgb(185, 192, 200)", "14px"], style
+    box, button = field.bounding_box(), page.get_by_role("button", name="Rewind Channel").bounding_box()
+    assert button["x"] - (box["x"] + box["width"]) >= 8, (box, button)
+    pause = page.get_by_role("button", name="Pause Channel").bounding_box()
+    assert box["y"] >= pause["y"] + pause["height"], (pause, box)  # a row of its own, below the others
+    assert button["height"] == pause["height"], (button, pause)  # a button as the others are

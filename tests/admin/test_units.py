@@ -164,3 +164,23 @@ def test_one_node_topic_total_keeps_the_nodes_channel():
     total.add(_node_topic(1, 3))
     [channel] = total.to_json()["channels"]
     assert (channel["node"], channel["nodes"]) == ("127.0.0.1:1", None)
+
+
+def test_rewind_summary_counts_what_a_rewind_replays():
+    """The channel page's rewind confirmation (issue #43): the nsqd /history/segments answers
+    summed; a segment that straddles a time point makes the count an upper bound."""
+    from nsqpy.admin.rewind import parse_rewind_point, summary
+
+    def seg(first: int, last: int, count: int) -> dict:
+        return {"first_timestamp": first, "last_timestamp": last, "count": count}
+
+    answers = [{"segments": [seg(10**18, 10**18 + 50, 3)]}, {"segments": [seg(10**18 + 5, 10**18 + 9, 5)]}]
+    assert summary("earliest", answers) == {"messages": 8, "exact": True, "from": "2001-09-09T01:46:40Z", "nodes": 2}
+    assert summary(10**18 + 7, answers) == {"messages": 8, "exact": False, "from": "2001-09-09T01:46:40.000000007Z",
+                                            "nodes": 2}
+    assert summary("latest", answers)["messages"] == 0
+    assert summary(10**18 + 100, [{"segments": []}, {"segments": []}]) == {
+        "messages": 0, "exact": True, "from": None, "nodes": 2}
+    assert parse_rewind_point("1795927286000") == 1795927286000 * 10**6
+    with pytest.raises(ValueError, match="not seconds"):
+        parse_rewind_point("1795927286")

@@ -76,6 +76,31 @@ def test_batch_splits_a_single_segment_so_every_core_works(spark, nsqd_factory):
         assert sorted(bytes(r.body) for r in rows) == sorted(expected)
 
 
+def test_batch_reads_of_nothing_give_zero_rows(spark, nsqd_factory, lookupd, tmp_path):
+    """Issue #43: a range that holds nothing planned no partition, PySpark turned that into one
+    partition of None and read_slice died on it at count()/write. A topic name with a typo, a
+    day without messages and `from` after `to` each read as 0 rows, through count() and write."""
+    nsqd = nsqd_factory("--retention=1h", f"--lookupd-tcp-address={lookupd.tcp_address}")
+    topic = unique_name("empty")
+    publish_n(nsqd.tcp_address, topic, 20)
+    wait_until(lambda: producer_count(lookupd.http_address, topic) == 1, 30, what="the topic in /lookup")
+    reads = {
+        "typo": _history(spark, nsqd.http_address, topic + "x"),
+        "typo via lookupd": (spark.read.format("nsq").option("lookupd_http_addresses", lookupd.http_address)
+                             .option("topic", topic + "x").load()),
+        "a day without messages": _history(spark, nsqd.http_address, topic, **{
+            "from": "2026-11-27T00:00:00Z", "to": "2026-11-28T00:00:00Z"}),
+        "from after to": _history(spark, nsqd.http_address, topic, **{
+            "from": "2100-01-02T00:00:00Z", "to": "2100-01-01T00:00:00Z"}),
+    }
+    for name, df in reads.items():
+        assert df.count() == 0, name
+        out = tmp_path / name.replace(" ", "_")
+        df.write.parquet(str(out))
+        assert spark.read.parquet(str(out)).count() == 0, name
+    assert _history(spark, nsqd.http_address, topic).count() == 20  # the topic itself is read
+
+
 def test_batch_without_history_fails_naming_the_nsqd(spark, nsqd_factory):
     """Our nsqd without --retention: the batch fails naming it (the same read against upstream's
     nsqd, which keeps no history either, is tests/tools/test_history_tools.py's)."""

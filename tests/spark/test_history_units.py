@@ -35,9 +35,12 @@ def test_starting_position_option():
     base = {"nsqd_tcp_addresses": "h:4150", "topic": "t", "channel": "c"}
     assert SourceConfig.from_options(base).starting_position == LATEST
     assert SourceConfig.from_options({**base, "startingPosition": "EARLIEST"}).starting_position == EARLIEST
-    assert SourceConfig.from_options({**base, "startingPosition": "1000"}).starting_position == 10**9
+    assert SourceConfig.from_options({**base, "startingPosition": "1795927286000"}).starting_position == \
+        1795927286000 * 10**6
     with pytest.raises(ValueError, match="invalid startingPosition"):
         SourceConfig.from_options({**base, "startingPosition": "beginning"})
+    with pytest.raises(ValueError, match="invalid startingPosition 1795927286: .* not seconds"):
+        SourceConfig.from_options({**base, "startingPosition": "1795927286"})  # (issue #43)
 
 
 @pytest.mark.parametrize("largest", [3, 60])  # small blocks: numpy per record; large: joins

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.request
 from collections import Counter
 
 import pytest
@@ -56,6 +57,24 @@ def test_pipeline_with_spark_archive(spark, tmp_path):
     assert metrics_from_parquet(spark, cfg.metrics, stream) == expected_counts(stream)
     archived = spark.read.parquet(cfg.archive)
     assert archived.select("id").distinct().count() == events + events // 500 + 1  # clicks + heartbeats
+
+
+@pytest.mark.timeout(240)
+def test_pipeline_on_a_cluster_whose_clicks_keep_no_history(spark, tmp_path, nsqd_factory):
+    """Issue #43: on a cluster of your own where another topic keeps history (so nsqd answers
+    RETENTION_OFF for clicks, not 404) the pipeline crashed after the metrics agreed, rc=1 and
+    no report. The report now says why the history comparison was skipped and is ok."""
+    nsqd = nsqd_factory()
+    base = f"http://{nsqd.http_address}"
+    for path, body in (("/topic/create?topic=audit", b""), ("/topic/config?topic=audit", b'{"retention": "1h"}')):
+        urllib.request.urlopen(urllib.request.Request(base + path, data=body, method="POST"), timeout=10).read()
+    cfg = PipelineConfig(out=str(tmp_path / "out"), trigger="1 second", nsqd_tcp=[nsqd.tcp_address],
+                         nsqd_http=[nsqd.http_address])
+    report = run_pipeline(cfg, 1500, spark=spark, timeout=200, archive="spark")
+    assert report["ok"], report
+    skipped = report["history"]["skipped"]
+    assert "RETENTION_OFF" in skipped and "keeps no history" in skipped, skipped
+    assert f"{base}/topic/config?topic=clicks" in skipped, skipped  # what to do about it
 
 
 @pytest.mark.timeout(60)

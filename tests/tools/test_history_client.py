@@ -21,6 +21,25 @@ def test_points() -> None:
             parse_point(bad, "from")
 
 
+def test_a_number_that_can_only_be_seconds_is_refused_naming_both_units() -> None:
+    """Issue #43: from=1795927286 (seconds) was read as ms, January 1970: everything."""
+    assert parse_point("100000000000") == 10**17  # 1973-03-03 in ms: the smallest accepted
+    for text in ("1795927286", 1795927286, "99999999999"):
+        with pytest.raises(ValueError) as err:
+            parse_point(text, "from")
+        message = str(err.value)
+        assert "milliseconds, not seconds" in message and f"give {int(text) * 1000} " in message, message
+    assert "2026-11-29T04:41:26Z" in _refusal("1795927286")  # what it means as seconds
+    for text in ("0", "-5"):
+        assert "give earliest" in _refusal(text)
+
+
+def _refusal(text: str) -> str:
+    with pytest.raises(ValueError) as err:
+        parse_point(text, "from")
+    return str(err.value)
+
+
 def test_format_point_round_trips_to_the_nanosecond() -> None:
     for ns in (0, 1_795_834_800 * 10**9, 1_795_834_800 * 10**9 + 1, 1_700_000_000_123_456_789):
         assert parse_point(format_point(ns)) == ns

@@ -223,6 +223,18 @@ class ClusterInfo:
                     agg.add(cs)
         return Result((topic_list, channel_map), errors, replication)
 
+    async def history_segments(self, producers: list[Producer], topic: str, start: str) -> Result:
+        """Every producer's ``/history/segments?topic=&from=`` (nsqpy's history, for the rewind
+        confirmation); a node that refuses (no history there) is a warning."""
+        async def one(p: Producer) -> dict[str, Any]:
+            url = (f"http://{p.http_address}/history/segments?topic={qs_escape(topic)}"
+                   f"&from={qs_escape(start)}")
+            self.logger.info("CI: querying nsqd %s", url)
+            return await self.get_v1(url)  # type: ignore[no-any-return]
+
+        results, errors = await self._each(producers, one, "nsqd")  # type: ignore[arg-type]
+        return Result(results, errors)
+
     # --- actions -------------------------------------------------------------------------------
 
     async def _post_all(self, urls: list[str], what: str) -> list[str]:

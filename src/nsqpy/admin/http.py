@@ -87,6 +87,7 @@ class HTTPServer:
         r("DELETE", bp("/api/topics/:topic"), self.delete_topic)
         r("DELETE", bp("/api/topics/:topic/:channel"), self.delete_channel)
         r("GET", bp("/api/counter"), self.counter)
+        r("GET", bp("/api/history/:topic"), self.rewind_preview)  # nsqpy: nsqd's history
         r("GET", bp("/api/graphite"), self.graphite.rate)
         if live is not None:
             r("GET", bp("/api/live"), self.live_api)
@@ -404,6 +405,24 @@ class HTTPServer:
         # upstream notifies once the action was attempted, whatever its outcome
         self.notify(f"{action}_{'channel' if channel else 'topic'}", topic, channel, "", request)
         return self._done([], errors)
+
+    async def rewind_preview(self, request: web.Request, params: dict[str, str]) -> web.Response:
+        """What rewinding a channel of the topic to ``from`` would replay, summed over its nsqd
+        (:mod:`.rewind`): the channel page's confirmation says it before anything moves."""
+        from .rewind import format_point, parse_rewind_point, summary
+
+        try:
+            point = parse_rewind_point(request.query.get("from", "earliest"))
+        except ValueError as err:
+            raise ApiError(400, f"INVALID_FROM: {err}") from None
+        messages: list[str] = []
+        producers = await self._topic_producers(params["topic"], messages)
+        try:
+            found = await self.ci.history_segments(producers, params["topic"], format_point(point))
+        except UpstreamError as err:
+            raise self.upstream_failed("get topic history", err) from None
+        self.partial(messages, found.errors)
+        return v1_response({**summary(point, found.value), "message": warn_message(messages)})
 
     async def delete_topic(self, request: web.Request, params: dict[str, str]) -> web.Response:
         self.require_admin(request)

@@ -40,23 +40,41 @@ Point = str | int
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)$"
 )
+#: the smallest unix-ms point (1973-03-03): a smaller number can only be unix seconds
+MIN_UNIX_MS = 10**11
 
 
 # --- points ------------------------------------------------------------------------------------
 
 
+def unix_ms(value: int, what: str = "point") -> int:
+    """Unix milliseconds -> ns. A number below :data:`MIN_UNIX_MS` is refused, naming both units:
+    it can only be unix seconds (``1795927286`` is 2026 in seconds, January 1970 in ms, which
+    would read everything), and guessing the unit by size would make one number mean two
+    things."""
+    if value >= MIN_UNIX_MS:
+        return value * 1_000_000
+    if value <= 0:
+        raise ValueError(f"invalid {what} {value}: points are unix milliseconds from {MIN_UNIX_MS} "
+                         "(1973) on; for the oldest retained message give earliest")
+    raise ValueError(f"invalid {what} {value}: points are unix milliseconds, not seconds; as "
+                     f"seconds {value} is {format_point(value * 1_000_000_000)}: give "
+                     f"{value * 1000} or that RFC 3339 time")
+
+
 def parse_point(text: str | int, what: str = "point") -> Point:
     """``earliest`` | ``latest`` | RFC 3339 (fractions to the nanosecond) | unix ms -> a Point.
 
-    ValueError names ``what`` (``from``, ``to``...) and the text when it is none of these."""
+    ValueError names ``what`` (``from``, ``to``...) and the text when it is none of these, and
+    both units for a number that can only be unix seconds (:func:`unix_ms`)."""
     if isinstance(text, int):
-        return text * 1_000_000
+        return unix_ms(text, what)
     value = text.strip()
     low = value.lower()
     if low in (EARLIEST, LATEST):
         return low
     if re.fullmatch(r"-?\d+", value):
-        return int(value) * 1_000_000
+        return unix_ms(int(value), what)
     m = _RFC3339.match(value)
     if m:
         year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
@@ -145,27 +163,60 @@ class TopicHistory:
         )
 
 
+#: the words every reader's error has when an nsqd, or a topic on it, keeps no history (the
+#: click pipeline looks for them to skip its history comparison on a cluster without it)
+NO_HISTORY = "keeps no history"
+
+
+def retention_call(nsqd: str, topic: str) -> str:
+    """The call that turns a topic's history on, for error texts to show."""
+    return (f"curl -d '{{\"retention\": \"24h\"}}' "
+            f"'{nsqd}/topic/config?topic={urllib.parse.quote(topic, safe='#')}'")
+
+
+def _advice(code: str, nsqd: str, topic: str) -> str:
+    """What to do about a refusal, by its code (empty for codes that say it themselves)."""
+    if code == "RETENTION_OFF":
+        return (f"topic {topic!r} {NO_HISTORY} on this nsqd; keep it from now on with "
+                f"{retention_call(nsqd, topic)}, or start nsqd with --retention")
+    if code == "TOPIC_NOT_FOUND":
+        return f"this nsqd has no topic {topic!r}: check its name ({nsqd}/stats lists the topics)"
+    if code == "BEFORE_OLDEST":
+        return "read from that time on, or from earliest"
+    if code in ("INVALID_FROM", "INVALID_TO"):
+        return ("a point is earliest, latest, an RFC 3339 time (2026-11-28T03:00:00Z) or unix "
+                "milliseconds")
+    if code == "SEGMENT_NOT_FOUND":
+        return "the segment expired since the read was planned: read again"
+    if code == "EPHEMERAL":
+        return f"#ephemeral topics and channels {NO_HISTORY}"
+    return ""
+
+
 class HistoryError(Exception):
     """nsqd refused a history request: ``code`` is the first word of its message
     (``BEFORE_OLDEST``...), ``message`` the whole of it (``BEFORE_OLDEST: the oldest retained
-    message is from ...``)."""
+    message is from ...``). The text adds what it means (an auth refusal) or what to do about
+    it (the flag, the call)."""
 
-    def __init__(self, nsqd: str, status: int, message: str, what: str = "") -> None:
-        self.nsqd, self.status, self.message = nsqd, status, message
+    def __init__(self, nsqd: str, status: int, message: str, what: str = "", topic: str = "") -> None:
+        self.nsqd, self.status, self.message, self.topic = nsqd, status, message, topic
         self.code = message.split(":", 1)[0].strip()
         meaning = refusal(status, message)  # (an auth refusal says what it means)
+        advice = _advice(self.code, nsqd, topic)
         super().__init__(f"nsqd {nsqd}: {what + ': ' if what else ''}HTTP {status} {message}"
-                         + (f" - {meaning}" if meaning else ""))
+                         + (f" - {meaning}" if meaning else "") + (f": {advice}" if advice else ""))
 
 
 class HistoryUnavailable(HistoryError):
     """The nsqd has no history routes: upstream's nsqd, or ours started without retention."""
 
-    def __init__(self, nsqd: str) -> None:
-        super().__init__(nsqd, 404, "NOT_FOUND")
-        self.args = (f"nsqd {nsqd} keeps no history (/history/segments is NOT_FOUND): it must be "
-                     "nsqpy's nsqd started with --retention (or --retention-bytes, or a topic "
-                     "with a retention override); upstream's nsqd has none",)
+    def __init__(self, nsqd: str, topic: str = "") -> None:
+        super().__init__(nsqd, 404, "NOT_FOUND", topic=topic)
+        keep = f", or keep one topic's with {retention_call(nsqd, topic)}" if topic else ""
+        self.args = (f"nsqd {nsqd} {NO_HISTORY} (/history/segments is NOT_FOUND): it must be "
+                     f"nsqpy's nsqd started with --retention (or --retention-bytes){keep}; "
+                     "upstream's nsqd has none",)
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -201,25 +252,25 @@ def read_url(nsqd: str, topic: str, start: Point | None = None, end: Point | Non
     return f"{http_base(nsqd)}/history/read?{_params(topic, start, end, segment, window)}"
 
 
-def _error(nsqd: str, status: int, body: bytes, route: str) -> HistoryError:
+def _error(nsqd: str, status: int, body: bytes, route: str, topic: str) -> HistoryError:
     try:
         code = str(orjson.loads(body).get("message", ""))
     except (orjson.JSONDecodeError, AttributeError):
         code = body.decode("utf-8", "replace").strip()
     if status == 404 and code == "NOT_FOUND":
-        return HistoryUnavailable(nsqd)
-    return HistoryError(nsqd, status, code, route)
+        return HistoryUnavailable(nsqd, topic)
+    return HistoryError(nsqd, status, code, route, topic)
 
 
 # blocking (Spark) ------------------------------------------------------------------------------
 
 
-def _open(url: str, nsqd: str, route: str, timeout: float, secret: str | None) -> Any:
+def _open(url: str, nsqd: str, route: str, topic: str, timeout: float, secret: str | None) -> Any:
     try:
         return urllib.request.urlopen(urllib.request.Request(url, headers=bearer(secret)),
                                       timeout=timeout)
     except urllib.error.HTTPError as err:
-        raise _error(nsqd, err.code, err.read(), route) from None
+        raise _error(nsqd, err.code, err.read(), route, topic) from None
 
 
 def fetch_segments(nsqd: str, topic: str, start: Point | None = None, end: Point | None = None,
@@ -227,8 +278,8 @@ def fetch_segments(nsqd: str, topic: str, start: Point | None = None, end: Point
     """``/history/segments`` on one nsqd (blocking). HistoryUnavailable / HistoryError / OSError.
     ``secret``: for an nsqd with an auth server (sent as ``Authorization: Bearer``)."""
     base = http_base(nsqd)
-    with _open(segments_url(base, topic, start, end), base, "/history/segments", timeout,
-               secret) as resp:
+    with _open(segments_url(base, topic, start, end), base, "/history/segments", topic,
+               timeout, secret) as resp:
         doc = orjson.loads(resp.read())
     if isinstance(doc, dict) and "segments" not in doc and isinstance(doc.get("data"), dict):
         doc = doc["data"]  # the pre-1.0 envelope, if nsqd was asked for it
@@ -242,8 +293,8 @@ def stream_chunks(nsqd: str, topic: str, start: Point | None = None, end: Point 
     """The raw bytes of ``/history/read`` (blocking), as they arrive; ``window``: of
     ``segment``, the blocks that start in ``[byte_from, byte_to)``."""
     base = http_base(nsqd)
-    with _open(read_url(base, topic, start, end, segment, window), base, "/history/read", timeout,
-               secret) as resp:
+    with _open(read_url(base, topic, start, end, segment, window), base, "/history/read", topic,
+               timeout, secret) as resp:
         check_framing(base, resp.headers.get("Content-Type"))
         while True:
             data = resp.read1(chunk)
@@ -273,7 +324,7 @@ async def afetch_segments(session: Any, nsqd: str, topic: str, start: Point | No
     async with session.get(segments_url(base, topic, start, end), headers=bearer(secret)) as resp:
         body = await resp.read()
         if resp.status != 200:
-            raise _error(base, resp.status, body, "/history/segments")
+            raise _error(base, resp.status, body, "/history/segments", topic)
     doc = orjson.loads(body)
     if isinstance(doc, dict) and "segments" not in doc and isinstance(doc.get("data"), dict):
         doc = doc["data"]
@@ -289,7 +340,7 @@ async def aread_messages(session: Any, nsqd: str, topic: str, start: Point | Non
     async with session.get(read_url(base, topic, start, end, segment),
                            headers=bearer(secret)) as resp:
         if resp.status != 200:
-            raise _error(base, resp.status, await resp.read(), "/history/read")
+            raise _error(base, resp.status, await resp.read(), "/history/read", topic)
         check_framing(base, resp.headers.get("Content-Type"))
         async for data in resp.content.iter_any():
             splitter.feed(data)
@@ -310,8 +361,9 @@ def resolve_end(history: TopicHistory, end: Point) -> int:
 
 
 __all__ = [
-    "EARLIEST", "LATEST", "BlockSplitter", "FramingError", "HistoryError", "HistoryUnavailable",
-    "Point", "Segment", "TopicHistory", "afetch_segments", "aread_messages", "check_framing",
-    "fetch_segments", "format_point", "http_base", "messages", "parse_point", "read_messages",
-    "read_url", "resolve_end", "rfc3339", "segments_url", "stream_chunks",
+    "EARLIEST", "LATEST", "NO_HISTORY", "BlockSplitter", "FramingError", "HistoryError",
+    "HistoryUnavailable", "Point", "Segment", "TopicHistory", "afetch_segments", "aread_messages",
+    "check_framing", "fetch_segments", "format_point", "http_base", "messages", "parse_point",
+    "read_messages", "read_url", "resolve_end", "retention_call", "rfc3339", "segments_url",
+    "stream_chunks",
 ]

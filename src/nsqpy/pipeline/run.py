@@ -40,6 +40,8 @@ from typing import Any
 
 import orjson
 
+from nsqpy.client.history import NO_HISTORY
+
 from .events import ClickStream
 from .jobs import (
     PipelineConfig, add_common_args, archive_query, batch_spam, compare_history, compare_metrics,
@@ -368,8 +370,11 @@ def _history_comparison(spark: Any, cfg: PipelineConfig, fmt: str, retention: st
     try:
         return compare_history(spark, cfg, fmt)
     except Exception as err:
-        if retention is None and "keeps no history" in str(err):
-            return {"skipped": f"the cluster keeps no history: {str(err).splitlines()[0][:300]}"}
+        # the reader's refusal comes back inside Spark's error text: whether no nsqd keeps
+        # history (404) or the topic keeps none (RETENTION_OFF), its line says NO_HISTORY
+        reason = next((line.strip() for line in str(err).splitlines() if NO_HISTORY in line), None)
+        if retention is None and reason is not None:
+            return {"skipped": f"nsqd {NO_HISTORY} of {cfg.topic}: {reason.removeprefix('RuntimeError: ')[:500]}"}
         raise
 
 

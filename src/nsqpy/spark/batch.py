@@ -139,7 +139,9 @@ def plan(cfg: BatchConfig, parallelism: int = 2) -> list[HistorySlice]:
     executors' cores, which the default partition size spreads the topic over). Fails, naming
     the nsqd, when one keeps no history or refuses the range."""
     slices: list[HistorySlice] = []
-    for node in _http_nodes(cfg):
+    nodes = _http_nodes(cfg)
+    missing: list[str] = []
+    for node in nodes:
         try:
             history = fetch_segments(node.http, cfg.topic, cfg.start, cfg.end, timeout=cfg.timeout,
                                      secret=cfg.auth_secret)
@@ -148,6 +150,7 @@ def plan(cfg: BatchConfig, parallelism: int = 2) -> list[HistorySlice]:
         except HistoryError as err:
             if err.code == "TOPIC_NOT_FOUND":
                 log.info("nsq batch read: %s has no topic %s", node.http, cfg.topic)
+                missing.append(node.http)
                 continue
             raise RuntimeError(f"format('nsq') batch read of topic {cfg.topic!r}: {err}") from None
         except OSError as err:
@@ -156,6 +159,9 @@ def plan(cfg: BatchConfig, parallelism: int = 2) -> list[HistorySlice]:
         segs = [s for s in history.segments if s.count > 0]
         for group, window, count in partition_segments(segs, cfg, parallelism):
             slices.append(HistorySlice(node.http, node.tcp, cfg.topic, group, cfg.start, end, count, window))
+    if len(missing) == len(nodes):  # a typo reads as nothing: say so where the user looks
+        log.warning("nsq batch read: no nsqd has topic %r (%s): 0 rows", cfg.topic,
+                    ", ".join(missing) or "nsqlookupd lists no producer of it")
     log.info("nsq batch read of %s: %d partitions over %d nsqd", cfg.topic, len(slices),
              len({s.http for s in slices}))
     return slices
@@ -214,6 +220,10 @@ class NsqHistoryReader(DataSourceReader):
         return [InputPartition(s) for s in self.slices]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        # an empty plan: PySpark reads [] as one partition, [InputPartition(None)] (4.1+) or
+        # [None] (4.0)
+        if partition is None or partition.value is None:
+            return iter(())
         return read_slice(partition.value, self.config)
 
 

@@ -51,7 +51,8 @@ def build_flagset() -> FlagSet:
                     "multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)"),
         *history.flags("print the topic's retained messages from this point first, then the live ones",
                        "with --from: stop at this point instead of going on with the live "
-                       "messages (default: go on)"),
+                       "messages (default: go on)",
+                       "; alone, it also gives the live messages, from the TCP port nsqd's /info names"),
     )
     return fs
 
@@ -74,7 +75,12 @@ class Tail:
         self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
         #: with --from, live messages delivered while the history is printed (None otherwise)
-        self.held: list[tuple[bytes, Message]] | None = None
+        self.held: list[tuple[str, bytes, Message]] | None = None
+        #: with --from, per topic, the timestamps the history printed on every nsqd read: a live
+        #: message inside them was printed already (each nsqd logs what it accepts before any
+        #: channel gets it, in time order), however old it is: a topic that had no channel hands
+        #: its whole backlog to ours, as live messages
+        self.printed: dict[str, tuple[int, int]] = {}
 
     def handler(self, topic: str) -> Callable[[Message], None]:
         prefix = topic.encode() + b" | " if self.print_topic else b""
@@ -82,13 +88,17 @@ class Tail:
         def handle(msg: Message) -> None:
             if self.held is not None:  # --from: history first; live messages wait (unanswered)
                 msg.disable_auto_response()
-                self.held.append((prefix, msg))
+                self.held.append((topic, prefix, msg))
                 return
-            if not self.show(prefix, msg.body):
+            if not self.was_printed(topic, msg) and not self.show(prefix, msg.body):
                 msg.requeue(0, backoff=False)  # not ours to show: give it back untouched
             # returning FINishes the message
 
         return handle
+
+    def was_printed(self, topic: str, msg: Message) -> bool:
+        span = self.printed.get(topic)
+        return span is not None and span[0] <= msg.timestamp <= span[1]
 
     def show(self, prefix: bytes, body: bytes) -> bool:
         """Print one message; False when it is not to be shown (--n reached, stdout gone)."""
@@ -108,32 +118,49 @@ class Tail:
             self.done.set()
         return True
 
-    async def replay(self, o: Any, start: Any, end: Any, live: bool,
+    async def replay(self, sources: dict[str, list[str]], start: Any, end: Any, live: bool,
                      secret: str | None) -> None:
-        """--from: print each topic's history, then (``live``) the live messages held meanwhile,
-        without those the history already showed (same id)."""
+        """--from: print each topic's history (from the nsqd ``sources`` names for it), then
+        (``live``) the live messages held meanwhile, without those the history already showed
+        (same id)."""
         recent: set[bytes] = set()
-        since = time.time_ns() - OVERLAP_NS  # live messages can only be this old
+        since = time.time_ns() - OVERLAP_NS  # published while we subscribed: deduped by id
         touched = time.monotonic()
         async with common.http_session(5.0, 3600.0) as session:
-            for topic in o.topic:
+            for topic, bases in sources.items():
                 prefix = topic.encode() + b" | " if self.print_topic else b""
-                async for batch in history.read(session, o, topic, start, end, secret):
-                    for msg in batch:
-                        if not self.show(prefix, msg.body):
-                            break
-                        if live and msg.timestamp >= since:
-                            recent.add(msg.id)
+                spans = []  # (oldest, newest) printed, per nsqd
+                for base in bases:
                     if self.done.is_set():
                         break
-                    if self.held and time.monotonic() - touched > TOUCH_HELD_S:
-                        touched = time.monotonic()  # keep what waits ours past its msg_timeout
-                        for _prefix, held_msg in self.held:
-                            held_msg.touch()
-                    await asyncio.sleep(0)  # let heartbeats and the flush run
+                    oldest, newest = 1 << 63, -1
+                    async for batch in history.read(session, [base], topic, start, end, secret):
+                        for msg in batch:
+                            if not self.show(prefix, msg.body):
+                                break
+                            if live:  # what the live messages are checked against
+                                ts = msg.timestamp
+                                if ts < oldest:
+                                    oldest = ts
+                                if ts > newest:
+                                    newest = ts
+                                if ts >= since:
+                                    recent.add(msg.id)
+                        if self.done.is_set():
+                            break
+                        if self.held and time.monotonic() - touched > TOUCH_HELD_S:
+                            touched = time.monotonic()  # keep what waits ours past its msg_timeout
+                            for _topic, _prefix, held_msg in self.held:
+                                held_msg.touch()
+                        await asyncio.sleep(0)  # let heartbeats and the flush run
+                    spans.append((oldest, newest))
+                # a live message can come from any of them: the span all of them printed
+                lo, hi = max((s[0] for s in spans), default=1), min((s[1] for s in spans), default=0)
+                if lo <= hi:
+                    self.printed[topic] = (lo, hi)
         held, self.held = self.held or [], None
-        for prefix, msg in held:
-            if msg.id in recent or self.show(prefix, msg.body):
+        for topic, prefix, msg in held:
+            if msg.id in recent or self.was_printed(topic, msg) or self.show(prefix, msg.body):
                 msg.finish()
             else:
                 msg.requeue(0, backoff=False)
@@ -160,6 +187,15 @@ async def _main(o: Any, cfg: GoNsqConfig) -> int:
     consumers: list[common.GoConsumer] = []
     replay = o.replay
     live = replay is None or not getattr(o, "to", "")
+    secret = cfg.conn.get("auth_secret")
+    sources: dict[str, list[str]] = {}
+    if replay is not None or o.follow_http:
+        async with common.http_session(5.0, 60.0) as session:
+            if replay is not None:  # before any SUB, which would make a mistyped topic
+                for topic in o.topic:
+                    sources[topic] = await history.holders(session, o, topic, *replay, secret)
+            if o.follow_http and live:
+                o.nsqd_tcp_address = await history.follow_addresses(session, o)
     if replay is not None and live:
         tail.held = []  # subscribe first, so nothing published during the replay is missed
     for topic in o.topic if live else ():
@@ -172,7 +208,7 @@ async def _main(o: Any, cfg: GoNsqConfig) -> int:
         except common.StartError as err:
             fatal(str(err))
     if replay is not None:
-        await tail.replay(o, replay[0], replay[1], live, cfg.conn.get("auth_secret"))
+        await tail.replay(sources, replay[0], replay[1], live, secret)
     await done.wait()
     if tail.broken or tail.reached:
         # upstream exits on the spot here, saying nothing more: hand back what is in flight
@@ -196,7 +232,9 @@ def main(argv: list[str] | None = None) -> None:
     if o.channel == "":
         o.channel = random_channel()
     o.replay = history.points(o)  # --from/--to checked first: they decide which sources are needed
-    if not (o.replay is not None and getattr(o, "to", "")):
+    # given only --nsqd-http-address, the live messages come from the TCP port its /info names
+    o.follow_http = bool(o.nsqd_http_address and not o.nsqd_tcp_address and not o.lookupd_http_address)
+    if not (o.replay is not None and getattr(o, "to", "")) and not o.follow_http:
         common.check_sources(o.nsqd_tcp_address, o.lookupd_http_address)
     if not o.topic:
         fatal("--topic required")

@@ -573,12 +573,15 @@ async def export_history(opts: Any, go_cfg: GoNsqConfig, logger: Any, start: Any
             except common.HTTPQueryError as err:
                 fatal(f"could not retrieve topic list: {err}")
             topics = [t for t in found if opts.pattern is None or opts.pattern.search(t)]
-        for topic in topics:
+        secret = go_cfg.conn.get("auth_secret")
+        # every topic checked before a file is made: a typo ends the tool with nothing written
+        sources = {topic: await history.holders(session, opts, topic, start, end, secret)
+                   for topic in topics}
+        for topic, bases in sources.items():
             fl = FileLogger(opts, topic, go_cfg, logger)
             fl._message_time = 0
             count = 0
-            async for batch in history.read(session, opts, topic, start, end,
-                                            go_cfg.conn.get("auth_secret")):
+            async for batch in history.read(session, bases, topic, start, end, secret):
                 fl._incoming.extend(_Retained(m.body, m.timestamp) for m in batch)  # type: ignore[misc]
                 count += len(batch)
                 fl._write_incoming()

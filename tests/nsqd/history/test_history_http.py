@@ -86,7 +86,15 @@ def test_errors(nsqd_factory):
     assert error(node, "GET", f"/history/read?topic={topic}&segment=x") == (400, "INVALID_SEGMENT")
     assert error(node, "GET", f"/history/read?topic={topic}&segment=999") == (404, "SEGMENT_NOT_FOUND")
     # a point before the first message of a log that never dropped anything misses nothing
-    assert [m.body for m in read(node, topic, "&from=1000")] == [b"x"]
+    assert [m.body for m in read(node, topic, "&from=100000000000")] == [b"x"]  # 1973, in ms
+    # a number below 10^11 can only be unix seconds: refused naming both units (issue #43), not
+    # read as January 1970 (which read everything)
+    status, message = error(node, "GET", f"/history/read?topic={topic}&from=1795927286")
+    assert status == 400 and message.startswith("INVALID_FROM: ") and "seconds" in message, message
+    assert "1795927286000 ms" in message and "milliseconds" in message, message
+    assert error(node, "GET", f"/history/segments?topic={topic}&to=0")[1].startswith("INVALID_TO: ")
+    assert error(node, "POST", f"/channel/create?topic={topic}&channel=s&from=1795927286")[1].startswith(
+        "INVALID_FROM: ")
     assert error(node, "POST", f"/channel/create?topic={topic}&channel=c%23ephemeral&from=earliest") == (400, "EPHEMERAL")
     Wire(node.tcp_address).pub(f"{topic}_e#ephemeral", b"x")
     assert error(node, "GET", f"/history/segments?topic={topic}_e%23ephemeral") == (400, "EPHEMERAL")

@@ -28,11 +28,34 @@ def test_retention_off_is_upstream(nsqd_factory):
         assert call(node, "GET", path) == (404, b'{"message":"NOT_FOUND"}')
     assert call(node, "POST", f"/channel/rewind?topic={topic}&channel=c&to=earliest") == (
         404, b'{"message":"NOT_FOUND"}')
-    # from= is not a parameter upstream knows: the channel is made as upstream makes it
-    assert call(node, "POST", f"/channel/create?topic={topic}&channel=c&from=earliest") == (200, b"")
-    assert "history" not in [t for t in stats(node)["topics"] if t["topic_name"] == topic][0]
+    # without from= the route is upstream's; with it, it is refused rather than silently making
+    # a channel that starts now (issue #43; upstream has no from=, so nothing relies on it)
+    assert call(node, "POST", f"/channel/create?topic={topic}&channel=c") == (200, b"")
+    assert call(node, "POST", f"/channel/create?topic={topic}&channel=d&from=earliest") == (
+        400, b'{"message":"RETENTION_OFF"}')
+    assert call(node, "POST", "/channel/create?topic=nope&channel=d&from=earliest") == (
+        404, b'{"message":"TOPIC_NOT_FOUND"}')
+    assert call(node, "POST", f"/channel/create?topic={topic}&channel=d%23ephemeral&from=earliest") == (
+        400, b'{"message":"EPHEMERAL"}')
+    topic_stats = [t for t in stats(node)["topics"] if t["topic_name"] == topic][0]
+    assert "history" not in topic_stats and [c["channel_name"] for c in topic_stats["channels"]] == ["c"]
     node.stop()
     assert not [p for p in node.data_path.iterdir() if p.name.endswith(".history")]
+
+
+def test_from_works_once_a_topic_setting_turns_history_on(nsqd_factory):
+    """The refusal above gives way to the history's own route when a topic's setting installs
+    it; other topics still get RETENTION_OFF."""
+    node = nsqd_factory()
+    kept, plain = unique_name("kept"), unique_name("plain")
+    for topic in (kept, plain):
+        Wire(node.tcp_address).pub(topic, b"x")
+    assert call(node, "POST", f"/channel/create?topic={kept}&channel=c&from=earliest")[0] == 400
+    assert call(node, "POST", f"/topic/config?topic={kept}", b'{"retention": "1h"}')[0] == 200
+    Wire(node.tcp_address).pub(kept, b"y")
+    assert call(node, "POST", f"/channel/create?topic={kept}&channel=c&from=earliest") == (200, b"")
+    assert call(node, "POST", f"/channel/create?topic={plain}&channel=c&from=earliest") == (
+        400, b'{"message":"RETENTION_OFF"}')
 
 
 def test_history_code_is_not_imported_without_it(tmp_path):

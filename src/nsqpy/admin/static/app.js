@@ -43,6 +43,11 @@
 
   function setFlash(kind, text) { pendingFlash = { kind: kind, text: text }; }
 
+  // a flash message now, without re-rendering the page (what the user typed stays)
+  function showFlash(kind, text) {
+    flashBox.replaceChildren(alertBox(kind, text));
+  }
+
   // ask, run the request, then re-render (or go to `after`) with the outcome as a flash message
   function runAction(question, done, request, after) {
     return function (ev) {
@@ -70,6 +75,7 @@
   }
 
   NSQ.runAction = runAction;
+  NSQ.showFlash = showFlash;
   NSQ.actionButton = actionButton;
 
   // --- pages ---------------------------------------------------------------------------------
@@ -217,13 +223,13 @@
         'Channel unpaused.', function () { return api('POST', path, { action: 'unpause' }); })
       : actionButton('Pause Channel', 'btn-primary', 'Are you sure you want to pause ' + what + '?',
         'Channel paused.', function () { return api('POST', path, { action: 'pause' }); });
-    return h('div', { 'class': 'actions' },
+    return [h('div', { 'class': 'actions' },
       actionButton('Empty Queue', 'btn-warning', 'Are you sure you want to empty ' + what + '?',
         'Channel emptied.', function () { return api('POST', path, { action: 'empty' }); }),
       actionButton('Delete Channel', 'btn-danger', 'Are you sure you want to delete ' + what + '?',
         'Channel "' + name + '" deleted.', function () { return api('DELETE', path); },
         '/topics/' + enc(topic)),
-      pause, c.history_kept ? ex.rewindControl(path, what) : null);
+      pause), c.history_kept ? ex.rewindControl(path, what, topic) : null];  // a row of its own
   }
 
   // the channel, and whether its topic keeps history (for the rewind action)

@@ -87,14 +87,38 @@
       NSQ.table(['NSQd Host', '#Retained Messages', '#Retained Bytes', '#Segments', 'Oldest Message'], rows));
   }
 
-  // a channel of a topic that keeps history: point it back at a time (POST .../rewind)
-  function rewindControl(path, what) {
-    var input = h('input', { type: 'text', id: 'rewind-to', value: 'earliest', size: 28,
-      title: 'earliest, an RFC 3339 time or unix milliseconds' });
-    var button = NSQ.actionButton('Rewind Channel', 'btn-warning',
-      'Rewind ' + what + '? What it has queued is replaced by the history from that point on.',
-      'Channel rewound.', function () { return NSQ.api('POST', path, { action: 'rewind', to: input.value }); });
-    return h('span', { 'class': 'rewind' }, input, button);
+  // a channel of a topic that keeps history: point it back at a time (POST .../rewind). A
+  // rewind replays what the topic retained to every subscriber, so before the confirmation the
+  // page asks nsqadmin how much that is (GET /api/history/<topic>?from=) and says it
+  function rewindControl(path, what, topic) {
+    var input = h('input', { type: 'text', id: 'rewind-to', name: 'to', value: 'earliest', size: 28,
+      'aria-describedby': 'rewind-help', autocomplete: 'off', spellcheck: 'false' });
+    var button = h('button', { 'class': 'btn btn-warning', type: 'submit', 'data-action': 'Rewind Channel' },
+      'Rewind Channel');
+    function ask(ev) {
+      ev.preventDefault();
+      var to = input.value.trim();
+      NSQ.api('GET', '/history/' + NSQ.enc(topic) + '?from=' + encodeURIComponent(to)).then(function (p) {
+        NSQ.runAction(rewindQuestion(what, to, p), 'Channel rewound.',
+          function () { return NSQ.api('POST', path, { action: 'rewind', to: to }); })({ currentTarget: button });
+      }, function (err) {
+        NSQ.showFlash('error', 'Cannot rewind to "' + to + '": ' + err.message);
+      });
+    }
+    return h('form', { 'class': 'inline rewind', id: 'rewind', onsubmit: ask },
+      h('label', { 'for': 'rewind-to' }, 'Rewind to', input), button,
+      h('span', { id: 'rewind-help', 'class': 'help' },
+        'earliest, an RFC 3339 time (2026-11-28T03:00:00Z) or unix milliseconds'));
+  }
+
+  function rewindQuestion(what, to, p) {
+    var count = p.messages ? (p.exact ? '' : 'up to ') + fmt(p.messages) + ' retained message' +
+      (p.messages === 1 ? '' : 's') : '';
+    var text = 'Rewind ' + what + ' to ' + to + '? ' + (count
+      ? 'It replays ' + count + ', from ' + p.from + ' on (' + p.nodes + ' nsqd), to every subscriber of the channel.'
+      : 'No message is retained from that point on: nothing is replayed.') +
+      ' What the channel has queued is dropped.';
+    return p.message ? text + '\n\n' + p.message : text;
   }
 
   NSQ.extras = { keys: keys, headers: headers, cells: cells, replicationSection: replicationSection,

@@ -21,7 +21,7 @@ from ..auth.needs import SUBSCRIBE, on_channel, on_channel_unless, on_topic
 from ..http import EMPTY, Route
 from .blocks import RangeRead, plan_read
 from .log import Log
-from .points import EARLIEST, LATEST, parse_point, rfc3339
+from .points import EARLIEST, LATEST, SecondsNotMillis, parse_point, rfc3339
 from .replay import start_replay
 
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ def _point(query: dict[str, list[str]], key: str, default: int) -> int:
         return default
     try:
         return parse_point(raw)
+    except SecondsNotMillis as err:  # the code first, as BEFORE_OLDEST: clients match its prefix
+        raise ApiError(400, f"INVALID_{key.upper()}: {err}") from None
     except ValueError:
         raise ApiError(400, f"INVALID_{key.upper()}") from None
 

@@ -10,13 +10,21 @@ import time
 
 EARLIEST = -1
 LATEST = 1 << 63
+#: the smallest unix-ms point (1973-03-03): a smaller number can only be unix seconds
+MIN_UNIX_MS = 10**11
+
+
+class SecondsNotMillis(ValueError):
+    """A number below MIN_UNIX_MS: refused with both units named, rather than read as 1970 (which
+    reads everything) or guessed to be seconds (which would give one number two meanings)."""
 
 _RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
                       r"(?:([Zz])|([+-])(\d\d):(\d\d))")
 
 
 def parse_point(raw: str) -> int:
-    """The point in ns (or EARLIEST/LATEST); ValueError when it is none of the four forms."""
+    """The point in ns (or EARLIEST/LATEST); ValueError when it is none of the four forms
+    (SecondsNotMillis for a number that can only be unix seconds)."""
     text = raw.strip()
     if text == "earliest":
         return EARLIEST
@@ -25,7 +33,11 @@ def parse_point(raw: str) -> int:
     if text.isascii() and text.isdigit():
         if len(text) > 15:  # past the year 33658: not a time a log holds
             raise ValueError("out of range")
-        return int(text) * 1_000_000
+        ms = int(text)
+        if ms < MIN_UNIX_MS:
+            raise SecondsNotMillis(f"{ms} ms is before 1973: points are unix milliseconds, not "
+                                   f"seconds ({ms} s is {ms * 1000} ms), RFC 3339, or earliest")
+        return ms * 1_000_000
     m = _RFC3339.fullmatch(text)
     if m is None:
         raise ValueError("not a point")
