@@ -44,7 +44,8 @@ class Channel:
         self.mem: deque[Msg] = deque()
         self.mem_cap = nsqd.options.mem_queue_size
         self.queue_name = f"{topic.name}:{name}"
-        self.backend = nsqd.make_backend(self.queue_name, self.ephemeral)
+        # (with --sync-every=1 what the disk queue stages is readable once flushed: deliver then)
+        self.backend = nsqd.make_backend(self.queue_name, self.ephemeral, self.dispatch)
         self.deferred: list[tuple[float, int, Msg]] = []
         self.clients: list[Consumer] = []
         # in-flight dicts of consumers that disconnected: their messages time out as upstream's do

@@ -73,9 +73,10 @@ from concurrent.futures import ThreadPoolExecutor
 import re
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..protocol.same_size import messages as same_size_messages, same_size_run
+from .storage.commit import GroupCommit, Write
 
 __all__ = ["DiskQueue", "DummyQueue", "scan_records"]
 
@@ -141,6 +142,8 @@ class DiskQueue:
         "_last_sync", "_closed", "_prefix", "_meta_path",
         "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error", "watch",
         "_left_data", "_left_bad",
+        "commit", "in_commit", "on_commit", "_staged", "_staged_n", "_taken_n", "_taken_end",
+        "_left_chunks", "_left_n", "_epoch", "_taken_epoch",
     )
 
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
@@ -196,6 +199,19 @@ class DiskQueue:
         self._left_data: set[str] = set()
         self._left_bad: set[str] = set()
 
+        # group commit (``--sync-every=1`` in nsqd: storage/commit.py): puts are staged, written
+        # and flushed with the turn's batch on the writer thread, and readable once it returned
+        self.commit: GroupCommit | None = None
+        self.in_commit = False
+        #: called once records staged for the group commit are readable (the owner delivers)
+        self.on_commit: Callable[[], None] | None = None
+        self._staged: list[tuple[list[bytes], int]] = []  # (length/record parts, bytes) per put
+        self._staged_n = 0  # records staged, not yet taken by a batch
+        self._taken_n = 0  # records the batch on the writer thread holds
+        self._taken_end = 0  # write_pos once they are on disk
+        self._left_chunks = self._left_n = 0  # what that batch left staged for the next one
+        self._epoch = self._taken_epoch = 0  # bumped by empty/delete/close: a batch then is moot
+
         self._load(files)
         if self._needs_sync:
             self._sync_quiet()
@@ -227,6 +243,9 @@ class DiskQueue:
         if self._closed:
             raise OSError(errno.EBADF, f"DISKQUEUE({self.name}) is closed")
         self._touched()
+        if self.commit is not None:
+            self._stage([_pack_len(n), data], n + 4)
+            return
         pos = self.write_pos
         if pos and pos + 4 + n > self.max_bytes_per_file:
             self._put_across_files((data,))
@@ -264,12 +283,15 @@ class DiskQueue:
         self._touched()
         pos = self.write_pos
         total = sum(lens) + 4 * k
-        if pos + total > self.max_bytes_per_file and (pos or k > 1):
-            self._put_across_files(datas)
-            return
         parts: list[bytes] = [b""] * (2 * k)
         parts[::2] = map(_pack_len, lens)
         parts[1::2] = datas
+        if self.commit is not None:
+            self._stage(parts, total)
+            return
+        if pos + total > self.max_bytes_per_file and (pos or k > 1):
+            self._put_across_files(datas)
+            return
         fd = self._wfd
         if fd is None:
             fd = self._open_write()
@@ -282,6 +304,118 @@ class DiskQueue:
             self._sync_quiet()
         elif self._count >= self.sync_every:
             self._sync_due()
+
+    # --- group commit (storage/commit.py) -------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Records put but not yet readable: staged for the group commit or being flushed
+        (counted in :attr:`depth`, so later puts queue behind them)."""
+        return self._staged_n + self._taken_n
+
+    def _stage(self, parts: list[bytes], nbytes: int) -> None:
+        """A put with ``--sync-every=1``: kept until the turn's batch writes and flushes it."""
+        k = len(parts) >> 1
+        self._staged.append((parts, nbytes))
+        self._staged_n += k
+        self.depth += k
+        self.commit.stage(self)  # type: ignore[union-attr]
+
+    def prepare(self) -> tuple[list[Write], bool]:
+        """The batch takes what is staged: as much as fits in the write file (one ``pwritev``);
+        the rest waits for the next batch, which starts the next file."""
+        self._taken_epoch = self._epoch
+        chunks = self._staged
+        # until this returns, a refusal drops everything staged (commit() sees these)
+        self._taken_n = 0
+        self._left_chunks, self._left_n = len(chunks), self._staged_n
+        if not chunks:
+            return [], False
+        max_bytes = self.max_bytes_per_file
+        if self.write_pos and self.write_pos + 4 + len(chunks[0][0][1]) > max_bytes:
+            self._roll_writer()
+        created = self._wfd is None and self.write_pos == 0
+        if self._wfd is None:
+            self._open_write()
+        start = pos = self.write_pos
+        parts: list[bytes] = []
+        n = 0
+        rest: list[tuple[list[bytes], int]] = []
+        for i, (cparts, nbytes) in enumerate(chunks):
+            if pos + nbytes <= max_bytes:
+                parts += cparts
+                pos += nbytes
+                n += len(cparts) >> 1
+                continue
+            j = 0  # record by record: upstream's rule, a record that does not fit rolls
+            while j < len(cparts):
+                size = len(cparts[j + 1]) + 4
+                if pos and pos + size > max_bytes:
+                    break
+                pos += size
+                n += 1
+                j += 2
+            parts += cparts[:j]
+            if j < len(cparts):
+                left = cparts[j:]
+                rest = [(left, sum(map(len, left)))] + chunks[i + 1:]
+                break
+        self._staged = rest
+        self._staged_n -= n
+        self._left_chunks, self._left_n = len(rest), self._staged_n
+        self._taken_n, self._taken_end = n, pos
+        return [Write(os.dup(self._wfd), start, parts,  # type: ignore[arg-type]
+                      self.data_path if created else "")], bool(rest)
+
+    def committed(self, error: OSError | None) -> None:
+        """The batch returned: its records are on disk and readable, or refused and dropped."""
+        n, self._taken_n = self._taken_n, 0
+        if self._taken_epoch != self._epoch:
+            return  # emptied, deleted or closed meanwhile: nothing of it counts
+        left_chunks, left_n = self._left_chunks, self._left_n
+        self._left_chunks = self._left_n = 0
+        if error is not None:
+            del self._staged[:left_chunks]  # their publishes were refused with the batch
+            self._staged_n -= left_n
+            self.depth -= n + left_n
+            return
+        self.write_pos = self._taken_end
+        self._count += n
+        self._touched()
+        if self._needs_sync or self._count >= self.sync_every:
+            self._sync_due()  # the metadata, on the sync thread: the data is flushed already
+        if self.on_commit is not None:
+            self.on_commit()
+
+    def _roll_writer(self) -> None:
+        """Writing moves on to the next file; the current one is whole and flushed."""
+        old_num, old_end = self.write_file_num, self.write_pos
+        self._close_write()
+        self.write_file_num = old_num + 1
+        self.write_pos = 0
+        self._needs_sync = True
+        if self.read_file_num == old_num:
+            self._rlimit = old_end
+            if self.read_pos >= old_end:
+                self._advance_reader()
+
+    def _write_staged_now(self) -> None:
+        """Closing: what is still staged is written without the group commit."""
+        chunks, self._staged = self._staged, []
+        self.depth -= self._staged_n
+        self._staged_n = 0
+        commit, self.commit = self.commit, None
+        try:
+            for parts, _nbytes in chunks:
+                self.put_many(parts[1::2])
+        finally:
+            self.commit = commit
+
+    def _drop_staged(self) -> None:
+        self._epoch += 1
+        self._staged = []
+        self._staged_n = self._taken_n = 0
+        self._left_chunks = self._left_n = 0
 
     def get(self) -> bytes | None:
         """Hand out the next record (it counts as consumed) or None when the queue is empty."""
@@ -417,6 +551,7 @@ class DiskQueue:
         number (upstream). Raises the first OSError met after completing the reset."""
         self.logger.info("DISKQUEUE(%s): emptying", self.name)
         self._touched()
+        self._drop_staged()
         with self._meta_lock:  # a background sync still running must not rewrite the metadata
             self._meta_gen += 1
             self._meta_written = self._meta_gen
@@ -448,10 +583,13 @@ class DiskQueue:
         self.logger.info("DISKQUEUE(%s): closing", self.name)
         err = None
         try:
+            if self._staged:  # (memory queues flushed at shutdown, after the last batch)
+                self._write_staged_now()
             self.sync()
         except OSError as e:
             self.logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
             err = e
+        self._drop_staged()
         self._close_fds()
         self._closed = True
         if err is not None:
@@ -812,12 +950,12 @@ class DiskQueue:
         """Upstream ``checkTailCorruption``: at the writer, depth must be 0."""
         if self.read_file_num != self.write_file_num or self.read_pos != self.write_pos:
             return
-        if self.depth != 0:
+        if self.depth != self._staged_n + self._taken_n:  # (those are not written yet)
             self.logger.error("DISKQUEUE(%s) %s depth at tail (%d), %s, resetting 0...",
                               self.name, "negative" if self.depth < 0 else "positive",
                               self.depth,
                               "metadata corruption" if self.depth < 0 else "data loss")
-            self.depth = 0
+            self.depth = self._staged_n + self._taken_n
             self._needs_sync = True
 
     # --- sync and metadata ----------------------------------------------------------------------
@@ -841,11 +979,12 @@ class DiskQueue:
     def _sync_due(self) -> None:
         """Group commit: synchronous for ``sync_every == 1`` (durable mode), else on the
         background thread; while one is running, further triggers just wait for the next."""
-        if self.sync_every <= 1:
+        if self.sync_every <= 1 and self.commit is None:
             self._sync_quiet()
             return
         if self._bg_busy or self._closed:
             return
+        self._needs_sync = False  # (what it asks for: data, metadata, directory, all below)
         fd = None
         if self._wfd is not None and self._wdirty:
             try:
@@ -886,7 +1025,8 @@ class DiskQueue:
             self._bg_busy = False
 
     def _meta_text(self) -> bytes:
-        return b"%d\n%d,%d\n%d,%d\n" % (self.depth, self.read_file_num, self.read_pos,
+        return b"%d\n%d,%d\n%d,%d\n" % (self.depth - self._staged_n - self._taken_n,
+                                         self.read_file_num, self.read_pos,
                                          self.write_file_num, self.write_pos)
 
     def _persist_meta(self) -> None:
@@ -1112,6 +1252,7 @@ class DummyQueue:
     __slots__ = ("name",)
 
     depth = 0
+    pending = 0
     idle = True
     watch = None
 

@@ -74,12 +74,15 @@ class Host(Protocol):
     replicator: "Replication | None"
     leases: Any  # nsqd.leases.registry.Leases with --leases, else None
     history: Any  # nsqd.history.room.History once a topic keeps history, else None
+    #: storage.commit.GroupCommit with --sync-every=1: answers wait for the flush (``busy``)
+    commit: Any
     holding_delivery: bool
     #: channels with consumers, orphaned or deferred messages: what nsqd's 100 ms scan visits
     #: (a channel adds itself when it gets such work; the scan drops it once it has none)
     busy_channels: set[Any]
 
-    def make_backend(self, name: str, ephemeral: bool) -> Any: ...
+    def make_backend(self, name: str, ephemeral: bool,
+                     on_commit: Callable[[], None] | None = None) -> Any: ...
 
     def set_health_error(self, err: BaseException) -> None: ...
 

@@ -32,7 +32,7 @@ class Topic:
         # queued items are Msg tuples, or (id, body, ts, attempts, due) for deferred publishes
         self.mem: deque[tuple] = deque()
         self.mem_cap = nsqd.options.mem_queue_size
-        self.backend = nsqd.make_backend(name, self.ephemeral)
+        self.backend = nsqd.make_backend(name, self.ephemeral, self._schedule_pump)
         self.paused = False
         self.exiting = False
         # False while channels known to lookupd are being pre-created: messages wait at the topic
@@ -143,7 +143,9 @@ class Topic:
     # --- the pump ------------------------------------------------------------------------------
 
     def _schedule_pump(self) -> None:
-        if not self._pump_scheduled and self._flowing() and self.depth:
+        # (records staged for the group commit are not readable yet: it calls this once they are)
+        if not self._pump_scheduled and self._flowing() and (
+                self.mem or self.backend.depth > self.backend.pending):
             self._pump_scheduled = True
             self.nsqd.loop.call_soon(self._pump)
 
