@@ -190,9 +190,11 @@ class Replication(Protocol):
 class History(Protocol):
     """A topic's retained log (``topic.history``; ``nsqd.history``, docs/history.md). Every
     publish the topic accepts is appended before it is fanned out; an OSError refuses the
-    publish (E_*PUB_FAILED, HTTP 500) and leaves the log as it was."""
+    publish (E_*PUB_FAILED, HTTP 500) and leaves the log as it was. ``append`` returns True when
+    the block is staged for nsqd's group commit (``nsqd.commit``, ``--sync-every=1``): the
+    topic then fans the publish out once the batch returned, or refuses it with the batch."""
 
-    def append(self, msgs: list[Msg], delay_ms: int = 0) -> None: ...
+    def append(self, msgs: list[Msg], delay_ms: int = 0) -> bool: ...
 
     def stats(self) -> dict[str, int]: ...  # the topic's "history" key in /stats
 

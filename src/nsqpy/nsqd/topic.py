@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from functools import partial
 from typing import Any, Callable
 
 from ..protocol.message import encode_message
@@ -62,11 +63,22 @@ class Topic:
     # --- publishing ----------------------------------------------------------------------------
 
     def put_many(self, msgs: list[Msg], nbytes: int) -> None:
-        """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED)."""
+        """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED).
+        With the history's append staged for the group commit (``--sync-every=1``) the rest
+        waits for its flush: nothing of a publish the disk refuses is delivered."""
         if self.guard is not None:
             self.guard(self)  # a drain, a full bounded queue: raises PublishRefused
-        if self.history is not None:
-            self._keep(msgs, 0)
+        if self.history is not None and self._keep(msgs, 0):
+            self.nsqd.commit.then(partial(self._kept, self._fan_out, msgs, nbytes), answer=False)
+            return
+        self._fan_out(msgs, nbytes)
+
+    def _kept(self, fan_out: Callable[..., None], *args: Any) -> None:
+        """The group commit's outcome for a publish the history held (its last argument)."""
+        if args[-1] is None and not self.exiting:
+            fan_out(*args[:-1])
+
+    def _fan_out(self, msgs: list[Msg], nbytes: int) -> None:
         held = not (self._flowing() and not self.mem and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
@@ -83,8 +95,12 @@ class Topic:
     def put_deferred(self, msg: Msg, delay: float) -> None:
         if self.guard is not None:
             self.guard(self)
-        if self.history is not None:
-            self._keep([msg], int(delay * 1000))
+        if self.history is not None and self._keep([msg], int(delay * 1000)):
+            self.nsqd.commit.then(partial(self._kept, self._defer_out, msg, delay), answer=False)
+            return
+        self._defer_out(msg, delay)
+
+    def _defer_out(self, msg: Msg, delay: float) -> None:
         due = _monotonic() + delay
         held = not (self._flowing() and not self.mem and not self.backend.depth)
         if not held:
@@ -99,15 +115,17 @@ class Topic:
         self.message_count += 1
         self.message_bytes += len(msg[1])
 
-    def _keep(self, msgs: list[Msg], delay_ms: int) -> None:
-        """Into the history first: a publish it cannot keep is refused, not delivered."""
+    def _keep(self, msgs: list[Msg], delay_ms: int) -> bool:
+        """Into the history first: a publish it cannot keep is refused, not delivered. True
+        when the append waits for the group commit (its outcome reaches nsqd's health there)."""
         try:
-            self.history.append(msgs, delay_ms)
+            staged = self.history.append(msgs, delay_ms)
         except OSError as err:
             self.nsqd.set_health_error(err)
             raise
-        if self.nsqd.health_error is not None:
+        if not staged and self.nsqd.health_error is not None:
             self.nsqd.set_health_ok()
+        return staged
 
     def _enqueue(self, items: list[tuple]) -> None:
         mem = self.mem

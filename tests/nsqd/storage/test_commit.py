@@ -138,7 +138,7 @@ def test_steps_after_a_step_that_stages_wait_for_the_next_batch(tmp_path: Path) 
         log.commit = queue.commit = commit
         order = []
         log.put(b"m1;")
-        commit.then(lambda err: queue.put(b"m1;"))  # the held fan-out
+        commit.then(lambda err: queue.put(b"m1;"), answer=False)  # the held fan-out
         commit.then(lambda err: order.append(("answer", queue.readable)))
         await settled(commit)
         return order, commit.batches

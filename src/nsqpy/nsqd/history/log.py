@@ -29,9 +29,11 @@ import struct
 import time
 from array import array
 from itertools import accumulate, repeat
-from zlib import crc32
+
+from isal.isal_zlib import crc32  # zlib's CRC-32, computed with the CPU's carry-less multiply
 
 from ...protocol.repeated import RepeatedRecords
+from ..storage.commit import GroupCommit, Write
 from operator import itemgetter
 from concurrent.futures import Executor
 from typing import Any, Iterator
@@ -202,7 +204,10 @@ class Log:
 
     def __init__(self, data_path: str, topic_name: str, retention_ns: int, retention_bytes: int,
                  sync_every: int, sync_timeout: float, logger: logging.Logger,
-                 executor: Executor, ahead: Executor | None = None) -> None:
+                 executor: Executor, ahead: Executor | None = None,
+                 commit: GroupCommit | None = None) -> None:
+        """``commit``: nsqd's group commit (``--sync-every=1``): appends are staged and written
+        and flushed with the turn's batch, and the topic fans a publish out once it returned."""
         self.dir = os.path.join(data_path, topic_name + SUFFIX)
         self.topic_name = topic_name
         self.logger = logger
@@ -236,6 +241,16 @@ class Log:
         self.saved: dict[str, dict[str, int]] = {}
         self._saved_text = b""
         self.closed = False
+        # the group commit's side (storage/commit.py): blocks staged for the next batch, those
+        # the batch on the writer thread holds (offset, block) and the segment they go to
+        self.commit = commit
+        self.in_commit = False
+        self._staged: list[tuple] = []
+        self._taken: list[tuple[int, tuple]] = []
+        self._taken_seg: Segment | None = None
+        self._left = 0  # blocks that batch left staged (a roll): refused with it if it fails
+        self._epoch = self._taken_epoch = 0  # bumped by close/delete: a batch then is moot
+        self._bytes = 0  # what the segments hold: a running total, not a sum per append
         os.makedirs(self.dir, exist_ok=True)
         self._load()
         self._load_replays()
@@ -272,6 +287,7 @@ class Log:
                 if i < len(ids) - 1 and seg.size >= INDEX_MIN:  # sealed: summary for next time
                     self.executor.submit(self._write_index, sid, seg.to_json())
             self.segments.append(seg)
+            self._bytes += seg.size
         if not self.segments:
             self.segments.append(Segment(1))
         elif ids[0] > 1:  # segments were dropped before the restart: older than what is left
@@ -292,7 +308,8 @@ class Log:
             if sid < seg.sid:
                 os.close(made.pop(sid))
         self.fd = fd if fd is not None else os.open(self.path(seg.sid), os.O_WRONLY | os.O_CREAT, 0o644)
-        if seg.size == 0 and self.sync_every <= 1:  # its name must be on disk before an OK
+        if seg.size == 0 and self.sync_every <= 1 and self.commit is None:
+            # its name must be on disk before an OK (the group commit's batch fsyncs it)
             self._fsync_dir()  # (with N > 1 the segment's first fdatasync carries it on ext4)
         self.ahead.submit(self._make_ahead, seg.sid + 1)
 
@@ -381,10 +398,12 @@ class Log:
 
     # --- appending (hooks.History) -------------------------------------------------------------
 
-    def append(self, msgs: list[tuple], delay_ms: int = 0) -> None:
+    def append(self, msgs: list[tuple], delay_ms: int = 0) -> bool:
         """One block for one publish command; raises OSError (the publish is refused) and then
-        leaves the log exactly as it was. With ``--sync-every=1`` the block is on disk when
-        this returns, before the publisher's OK.
+        leaves the log exactly as it was. With ``--sync-every=1`` the block is on disk before
+        the publisher's OK: staged for the group commit (returns True: the topic fans the
+        publish out once the batch returned, or refuses it), or written and flushed now when
+        the log has no group commit (returns False, as in every other mode).
 
         The block is built by columns (timestamps, sizes, ids, bodies), each made in C by one
         ``join``/``pack`` over the messages, and handed to one ``pwritev`` as they are: no Python
@@ -407,6 +426,10 @@ class Log:
         length = COUNT.size + 28 * n + len(data)
         iov = [BLOCK.pack(length, crc), count, tcol, scol, ids, data]
         size = BLOCK.size + length
+        if self.commit is not None:
+            self._staged.append((iov, size, n, lo, hi, first, last))
+            self.commit.stage(self)
+            return True
         seg = self.active
         if seg.size and (seg.size + size > self.segment_bytes or (
                 self.retention_ns and first - seg.first_ts > self.roll_ns)):
@@ -429,33 +452,89 @@ class Log:
                 pass
             raise
         seg.add_block(offset, size, n, lo, hi, first, last)
+        self._bytes += size
         if self.sync_every > 1:
             self.unsynced += len(msgs)
             if self.unsynced >= self.sync_every:
                 self._sync(background=True)
-        if self.retention_bytes and self.total_bytes() > self.retention_bytes:
+        if self.retention_bytes and self._bytes > self.retention_bytes:
+            self.expire(time.time_ns())
+        return False
+
+    # --- the group commit (storage/commit.py) ---------------------------------------------------
+
+    def prepare(self) -> tuple[list[Write], bool]:
+        """The batch takes the staged blocks that go to the active segment (one ``pwritev``); a
+        block that rolls the segment waits for the next batch, which starts the next segment
+        once this one is whole on disk."""
+        self._taken_epoch = self._epoch
+        staged = self._staged
+        self._taken, self._taken_seg = [], None
+        self._left = len(staged)  # (until this returns, a refusal drops all of them)
+        if not staged or self.closed:
+            return [], False
+        seg = self.active
+        end = seg.size
+        seg_first = seg.first_ts if seg.count else None
+        taken: list[tuple[int, tuple]] = []
+        for block in staged:
+            size, first = block[1], block[5]
+            if end and (end + size > self.segment_bytes or (
+                    self.retention_ns and seg_first is not None and first - seg_first > self.roll_ns)):
+                if taken:
+                    break
+                self._roll()
+                seg, end, seg_first = self.active, 0, None
+            if seg_first is None:
+                seg_first = first
+            taken.append((end, block))
+            end += size
+        if self.fd < 0:
+            self._open_active()
+        parts = [part for _offset, block in taken for part in block[0]]
+        self._taken, self._taken_seg = taken, seg
+        self._staged = staged[len(taken):]
+        self._left = len(self._staged)
+        return [Write(os.dup(self.fd), seg.size, parts, self.dir if seg.size == 0 else "")], \
+            bool(self._staged)
+
+    def committed(self, error: OSError | None) -> None:
+        """The batch returned: its blocks are readable (the segment's summary has them), or
+        were cut off again and are dropped, with the ones it left staged."""
+        taken, seg = self._taken, self._taken_seg
+        self._taken, self._taken_seg = [], None
+        if self._taken_epoch != self._epoch or seg is None:
+            return
+        left, self._left = self._left, 0
+        if error is not None:
+            del self._staged[:left]
+            return
+        for offset, (_iov, size, n, lo, hi, first, last) in taken:
+            seg.add_block(offset, size, n, lo, hi, first, last)
+            self._bytes += size
+        if self.retention_bytes and self._bytes > self.retention_bytes:
             self.expire(time.time_ns())
 
     # --- expiry --------------------------------------------------------------------------------
 
     def total_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
+        return self._bytes
 
     def expire(self, now_ns: int) -> int:
         """Drop whole segments, oldest first: those entirely older than the retention time, then
         while the log holds more than the byte cap. Returns how many were dropped."""
         dropped = []
         segs = self.segments
-        while len(segs) > 1 and not segs[0].count:  # empty ones (made ahead, then a restart)
+        busy = self._taken_seg  # the group commit's batch is writing to it: kept until it returns
+        while len(segs) > 1 and not segs[0].count and segs[0] is not busy:  # (made ahead, restart)
             dropped.append(self._drop_first())
         if self.retention_ns:
             cutoff = now_ns - self.retention_ns
-            while segs and (segs[0].count or len(segs) > 1) and segs[0].max_ts < cutoff:
+            while (segs and (segs[0].count or len(segs) > 1) and segs[0].max_ts < cutoff
+                   and segs[0] is not busy):
                 dropped.append(self._drop_first())
         if self.retention_bytes:
-            total = self.total_bytes()
-            while total > self.retention_bytes and segs[0].size:
-                total -= segs[0].size
+            while self._bytes > self.retention_bytes and segs[0].size and segs[0] is not busy:
                 dropped.append(self._drop_first())
         if dropped:
             self.executor.submit(self._unlink, dropped)
@@ -463,6 +542,7 @@ class Log:
 
     def _drop_first(self) -> int:
         seg = self.segments[0]
+        self._bytes -= seg.size
         if seg.count:
             self.dropped_ts = max(self.dropped_ts, seg.max_ts)
         if len(self.segments) == 1:  # the active one goes too: writing moves to a new segment
@@ -566,6 +646,8 @@ class Log:
         if self.closed:
             return
         self.closed = True
+        self._epoch += 1  # (nsqd drains the group commit before closing: nothing is staged)
+        self._staged = []
         for sid in list(self._made):
             fd = self._made.pop(sid, None)
             if fd is not None:
@@ -591,6 +673,7 @@ class Log:
         self.close()
         sids = [s.sid for s in self.segments]
         self.segments = [Segment(sids[-1] + 1 if sids else 1)]
+        self._bytes = 0
         self._unlink(sids)
         try:
             for name in os.listdir(self.dir):

@@ -90,10 +90,10 @@ class GroupCommit:
         self.loop = loop
         self.logger = logger
         self._owners: list[Any] = []  # the open batch: owners with something staged
-        self._steps: list[Step] = []  # ... and what waits for it, in order
+        self._steps: list[tuple[Step, bool]] = []  # ... what waits for it, in order (step, answer)
         self._scheduled = False
         #: the batch on the writer thread: (number, future, owners, steps, more)
-        self._running: tuple[int, Future, list[Any], list[Step], bool] | None = None
+        self._running: tuple[int, Future, list[Any], list[tuple[Step, bool]], bool] | None = None
         self._number = 0
         #: bumped by every stage(): a step that staged more is seen by this
         self.staged = 0
@@ -118,9 +118,12 @@ class GroupCommit:
             self._owners.append(owner)
         self._schedule()
 
-    def then(self, step: Step) -> None:
-        """Run ``step`` once everything staged so far is on disk (or refused)."""
-        self._steps.append(step)
+    def then(self, step: Step, answer: bool = True) -> None:
+        """Run ``step`` once everything staged so far is on disk (or refused). An ``answer``
+        (a publisher's OK) also waits for whatever the steps before it staged when they ran;
+        ``answer=False`` is a continuation (a fan-out the history held): it runs as soon as its
+        own batch returned."""
+        self._steps.append((step, answer))
         self._schedule()
 
     def _schedule(self) -> None:
@@ -176,13 +179,14 @@ class GroupCommit:
         self._finish(running[2], running[3], running[4], running[1].result())
         self._dispatch()  # what was staged while it ran
 
-    def _finish(self, owners: list[Any], steps: list[Step], more: bool,
+    def _finish(self, owners: list[Any], steps: list[tuple[Step, bool]], more: bool,
                 error: OSError | None) -> None:
         """The batch is on disk (``error`` None) or refused: owners first (what they wrote
         becomes readable, or is dropped), then the steps in order. Once a step stages more (a
-        fan-out the history held) or the batch left some of its writes for the next one, the
-        steps after it wait for the next batch, in front of those already waiting there: a
-        connection's answers keep their order."""
+        fan-out the history held writes the topic's or channels' queues), the answers after it
+        wait for the next batch, in front of those already waiting there, so a connection's
+        answers keep their order; the continuations after it still run (their own writes are
+        on disk). When the batch left some writes for the next one (a roll), everything waits."""
         if error is not None:
             self.logger.error("GROUP COMMIT: a write or flush failed, %d publish step(s) "
                               "refused - %s", len(steps), error)
@@ -194,17 +198,20 @@ class GroupCommit:
         if self.on_result is not None:
             self.on_result(error)
         carry = more and error is None
-        for i, step in enumerate(steps):
-            if carry:
-                self._steps[:0] = steps[i:]
-                self._schedule()
-                return
+        carried: list[tuple[Step, bool]] = []
+        for step, answer in steps:
+            if carry and (answer or more):
+                carried.append((step, answer))
+                continue
             before = self.staged
             try:
                 step(error)
             except Exception:
                 self.logger.exception("GROUP COMMIT: a step failed")
-            carry = error is None and self.staged != before
+            carry = carry or (error is None and self.staged != before)
+        if carried:
+            self._steps[:0] = carried
+            self._schedule()
 
     def drain(self) -> None:
         """Finish everything staged and waiting, on the calling (loop) thread: at shutdown,
