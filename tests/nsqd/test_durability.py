@@ -12,28 +12,10 @@ import urllib.request
 import pytest
 
 from helpers.servers import Nsqd, unique_name
-from helpers.wire import Wire
+from helpers.wire import Wire, drain
 from nsqpy.protocol.message import encode_message
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def drain(addr: str, topic: str, channel: str, expect: int, rdy: int = 2500, quiet: float = 2.0):
-    """Consume and FIN until ``expect`` messages arrived or nothing came for ``quiet`` seconds."""
-    w = Wire(addr)
-    w.sub(topic, channel, rdy=rdy)
-    w.sock.settimeout(quiet)
-    got = []
-    try:
-        while len(got) < expect:
-            m = w.read_message()
-            got.append(m)
-            w.cmd(b"FIN", m.id)
-    except OSError:
-        pass
-    w.cmd(b"NOP")
-    w.close()
-    return got
 
 
 def stats(node: Nsqd, topic: str) -> dict:
