@@ -77,6 +77,7 @@ from collections.abc import Callable, Sequence
 
 from ..protocol.same_size import messages as same_size_messages, same_size_run
 from .storage.commit import GroupCommit, Write
+from .storage.files import O_CLOEXEC, cut_back, cut_torn_tail, fdatasync, fsync_dir, write_all
 
 __all__ = ["DiskQueue", "DummyQueue", "scan_records"]
 
@@ -95,8 +96,8 @@ _DATA_RE = re.compile(r"(\d+)\.dat")
 _TMP_RE = re.compile(r"\.\d+\.tmp")
 _META_RE = re.compile(rb"\s*(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n?\s*")
 
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_fdatasync = getattr(os, "fdatasync", os.fsync)
+_O_CLOEXEC = O_CLOEXEC
+_fdatasync = fdatasync  # (a module global: tests count the calls)
 
 
 def scan_records(fd: int, start: int, end: int, min_size: int, max_size: int
@@ -683,29 +684,15 @@ class DiskQueue:
 
     def _pwrite(self, fd: int, data: bytes, pos: int) -> None:
         """Write all of ``data`` at ``pos``; on failure cut the file back to ``pos`` and raise."""
-        done = 0
-        total = len(data)
         try:
-            done = os.pwrite(fd, data, pos)
-            if done < total:
-                view = memoryview(data)
-                while done < total:
-                    w = os.pwrite(fd, view[done:], pos + done)
-                    if w <= 0:
-                        raise OSError(errno.EIO, "short write")
-                    done += w
+            write_all(fd, (data,), pos)
         except OSError:
-            if done:
-                self._truncate(fd, pos)
+            self._truncate(fd, pos)
             raise
 
     def _truncate(self, fd: int, size: int) -> None:
-        try:
-            os.ftruncate(fd, size)
-        except OSError as e:
-            # the bytes past write_pos stay; the next pwrite overwrites them and a roll retries
-            self.logger.error("DISKQUEUE(%s) failed to truncate a partial write - %s",
-                              self.name, e)
+        # (on failure the bytes past write_pos stay; the next write overwrites them)
+        cut_back(fd, size, self.logger, f"DISKQUEUE({self.name})")
 
     def _put_across_files(self, datas: Sequence[bytes]) -> None:
         """The rolling write path: split ``datas`` per file, write each part, then commit."""
@@ -1055,13 +1042,8 @@ class DiskQueue:
             raise
 
     def _sync_dir(self) -> None:
-        fd = os.open(self.data_path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(self.data_path)
         self._dir_dirty = False
-
 
     # --- startup --------------------------------------------------------------------------------
 
@@ -1133,6 +1115,7 @@ class DiskQueue:
         except OSError as e:
             self.logger.error("DISKQUEUE(%s) cannot stat %s - %s", self.name, wpath, e)
         next_write = wfn
+        later = sorted(n for n in data if n > wfn)
         if size < 0:
             if wpos > 0:
                 self.logger.error("DISKQUEUE(%s) write file %s is missing (writePos %d), "
@@ -1141,16 +1124,15 @@ class DiskQueue:
         elif size != wpos:
             self.logger.warning("DISKQUEUE(%s) %s metadata writePos %d != file size of %d, "
                                 "skipping to new file", self.name, wpath, wpos, size)
-            if size > wpos:
-                extra += self._count_records(wpath, wpos)
+            if size > wpos:  # written after the last sync: its last record may be torn
+                extra += self._count_records(wpath, wpos, tail=not later)
             next_write = wfn + 1
-        later = sorted(n for n in data if n > wfn)
         if later:
             self.logger.warning("DISKQUEUE(%s) data files after write file %d found %s "
                                 "(metadata older than the data); reading them too",
                                 self.name, wfn, later)
             for n in later:
-                extra += self._count_records(data[n], 0)
+                extra += self._count_records(data[n], 0, tail=n == later[-1])
             next_write = max(next_write, later[-1] + 1)
         if next_write != wfn:
             self.write_file_num = next_write
@@ -1178,20 +1160,29 @@ class DiskQueue:
         self._rbase = 0
         self.write_file_num = nums[-1] + 1
         self.write_pos = 0
-        self.depth = sum(self._count_records(data[n], 0) for n in nums)
+        self.depth = sum(self._count_records(data[n], 0, tail=n == nums[-1]) for n in nums)
         self.logger.warning("DISKQUEUE(%s) rebuilt: files %d..%d, depth %d",
                             self.name, nums[0], nums[-1], self.depth)
         self._needs_sync = True
 
-    def _count_records(self, path: str, start: int) -> int:
+    def _count_records(self, path: str, start: int, tail: bool = False) -> int:
+        """Whole records from ``start`` on. ``tail``: the last file written before a crash,
+        whose last record may be torn (a kill -9 inside a write, a power loss): it is cut in
+        place after the last whole record (no ``.bad`` file: nothing after it was ever
+        acknowledged, and every record before it stays)."""
         try:
-            fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+            fd = os.open(path, (os.O_RDWR if tail else os.O_RDONLY) | _O_CLOEXEC)
         except OSError:
             return 0
         try:
-            count, _stop, _err = scan_records(fd, start, os.fstat(fd).st_size,
-                                              self.min_msg_size, self.max_msg_size)
-        except OSError:
+            end = os.fstat(fd).st_size
+            count, stop, err = scan_records(fd, start, end, self.min_msg_size, self.max_msg_size)
+            if err is not None and tail:
+                cut_torn_tail(fd, path, stop, end, self.logger, f"DISKQUEUE({self.name})")
+        except OSError as e:
+            if tail:
+                self.logger.error("DISKQUEUE(%s) cannot cut the torn tail of %s - %s",
+                                  self.name, path, e)
             return 0
         finally:
             os.close(fd)

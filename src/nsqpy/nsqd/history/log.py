@@ -34,6 +34,7 @@ from isal.isal_zlib import crc32  # zlib's CRC-32, computed with the CPU's carry
 
 from ...protocol.repeated import RepeatedRecords
 from ..storage.commit import GroupCommit, Write
+from ..storage.files import cut_back, cut_torn_tail, fdatasync, fsync_dir, write_all
 from operator import itemgetter
 from concurrent.futures import Executor
 from typing import Any, Iterator
@@ -58,7 +59,7 @@ SPARSE_STEP = 256 << 10
 INDEX_MIN = 4 * SPARSE_STEP
 CHUNK = 1 << 20  # reads go a chunk at a time
 REPLAYS = "replays.json"  # beside the segments: replays under way at the last stop
-_fdatasync = getattr(os, "fdatasync", os.fsync)
+_fdatasync = fdatasync
 
 
 class Segment:
@@ -189,10 +190,7 @@ def scan_segment(path: str, sid: int, logger: logging.Logger) -> Segment:
             seg.add_block(pos, BLOCK.size + length, st[0], st[1], st[2], st[3], st[4])
             pos += BLOCK.size + length
         if pos < file_size:
-            logger.warning("HISTORY: %s: cutting a torn tail of %d bytes at offset %d",
-                           path, file_size - pos, pos)
-            os.ftruncate(fd, pos)
-            _fdatasync(fd)
+            cut_torn_tail(fd, path, pos, file_size, logger, "HISTORY")
         seg.size = pos
     finally:
         os.close(fd)
@@ -390,11 +388,7 @@ class Log:
         self.executor.submit(sync)
 
     def _fsync_dir(self) -> None:
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(self.dir)
 
     # --- appending (hooks.History) -------------------------------------------------------------
 
@@ -439,17 +433,11 @@ class Log:
             self._open_active()
         offset = seg.size
         try:
-            written = os.pwritev(self.fd, iov, offset)
-            while written < size:  # a short write: the rest, or the error that cut it
-                whole = b"".join(iov)
-                written += os.pwrite(self.fd, whole[written:], offset + written)
+            write_all(self.fd, iov, offset)
             if self.sync_every <= 1:
                 self._sync(background=False)
-        except OSError:
-            try:  # nothing of a refused publish stays behind
-                os.ftruncate(self.fd, offset)
-            except OSError:
-                pass
+        except OSError:  # nothing of a refused publish stays behind
+            cut_back(self.fd, offset, self.logger, f"HISTORY({self.topic_name})")
             raise
         seg.add_block(offset, size, n, lo, hi, first, last)
         self._bytes += size

@@ -33,7 +33,7 @@ def write_all(fd: int, parts: Sequence[bytes], offset: int) -> int:
     for start in range(0, len(parts), IOV_MAX):
         chunk = parts[start:start + IOV_MAX] if len(parts) > IOV_MAX else parts
         want = sum(map(len, chunk))
-        done = os.pwritev(fd, chunk, pos)
+        done = os.pwrite(fd, chunk[0], pos) if len(chunk) == 1 else os.pwritev(fd, chunk, pos)
         if done < want:  # a short write: the rest in one piece, or the error that stopped it
             rest = memoryview(b"".join(chunk))[done:]
             while rest:
