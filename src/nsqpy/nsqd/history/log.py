@@ -35,7 +35,6 @@ from isal.isal_zlib import crc32  # zlib's CRC-32, computed with the CPU's carry
 from ...protocol.repeated import RepeatedRecords
 from ..storage.commit import GroupCommit, Write
 from ..storage.files import cut_back, cut_torn_tail, fdatasync, fsync_dir, write_all
-from operator import itemgetter
 from concurrent.futures import Executor
 from typing import Any, Iterator
 
@@ -43,7 +42,7 @@ from typing import Any, Iterator
 BLOCK = struct.Struct(">II")  # length of the block's columns that follow, their crc32
 COUNT = struct.Struct(">II")  # the columns' head: records, DPUB delay ms
 TS = struct.Struct(">q")
-_id, _body, _ts = itemgetter(0), itemgetter(1), itemgetter(2)
+SIZE = struct.Struct(">I")
 # a block's columns cut in C (bodies: one unpacker per body size met, a bounded few)
 _TSS, _SIZES, _IDS = (RepeatedRecords("q", 256, ">"), RepeatedRecords("I", 256, ">"),
                       RepeatedRecords("16s", 256))
@@ -403,7 +402,7 @@ class Log:
         ``join``/``pack`` over the messages, and handed to one ``pwritev`` as they are: no Python
         work per message, one copy of the bodies (the join, which the CRC reads)."""
         n = len(msgs)
-        tss = list(map(_ts, msgs))
+        idcol, bodies, tss, _attempts = zip(*msgs)  # the messages turned into columns, in C
         first, last = tss[0], tss[-1]
         if tss.count(first) == n:  # one publish command: one timestamp
             tcol = TS.pack(first) * n
@@ -411,9 +410,12 @@ class Log:
         else:
             tcol = struct.pack(f">{n}q", *tss)
             lo, hi = min(tss), max(tss)
-        bodies = list(map(_body, msgs))
-        scol = struct.pack(f">{n}I", *map(len, bodies))
-        ids = b"".join(map(_id, msgs))
+        sizes = list(map(len, bodies))
+        if sizes.count(sizes[0]) == n:  # an MPUB's usual case: one size
+            scol = SIZE.pack(sizes[0]) * n
+        else:
+            scol = struct.pack(f">{n}I", *sizes)
+        ids = b"".join(idcol)
         data = b"".join(bodies)
         count = COUNT.pack(n, delay_ms)
         crc = crc32(data, crc32(ids, crc32(scol, crc32(tcol, crc32(count)))))
