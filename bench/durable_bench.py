@@ -80,6 +80,8 @@ def _publishers(addr: str, topic: str, conns: int, seconds: float, out: mp.Queue
                     s.sendall(cmd)  # type: ignore[union-attr]
             pending[s] = buf  # type: ignore[index]
     wall = time.perf_counter() - start
+    for s in pending:
+        s.close()
     out.put((len(latencies), wall, latencies))
 
 

@@ -34,7 +34,10 @@ Sync policy
     snapshot from ever replacing a newer one); from ``tick`` once ``sync_timeout`` has passed
     with activity; on every roll
     and every reader file advance; on ``close``. The directory is fsynced after a sync that
-    follows creating or deleting files. Errors from these automatic syncs are logged, never
+    follows creating or deleting files. With nsqd's group commit (``--sync-every=1``: ``commit``
+    set, nsqd/storage/commit.py) a put is staged instead: counted in ``depth`` at once, written
+    and flushed by the commit's writer thread with the turn's batch, readable (``on_commit``)
+    once that returned; the metadata follows on the sync thread. Errors from these automatic syncs are logged, never
     raised out of ``put``/``get`` (the record is already written or handed out; raising would
     make the caller retry and duplicate it); an explicit ``sync()`` raises.
 
@@ -50,6 +53,9 @@ Recovery (upstream semantics, plus a few improvements that are marked *beyond up
       rebuilt by scanning the data files in order (*beyond upstream*, which starts fresh and
       then overwrites file 0 in place). Records consumed after the last sync are redelivered,
       which is within NSQ's at-least-once guarantee.
+    * A torn last record (the last file written before a crash ends inside a record, or in
+      zeros a power loss left): the file is cut in place after its last whole record at
+      start-up (*beyond upstream*, which later moves the file aside as ``.bad``).
     * Read error (length out of range, truncated record, unreadable file): the file is renamed
       ``<file>.bad``, an error is logged, reading continues with the next file; reading the
       write file itself moves writing to a new file (upstream ``handleReadError``). A missing
@@ -69,13 +75,13 @@ import errno
 import logging
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import re
 import struct
 import time
 from collections.abc import Callable, Sequence
 
 from ..protocol.same_size import messages as same_size_messages, same_size_run
+from .storage.background import sync_thread
 from .storage.commit import GroupCommit, Write
 from .storage.files import O_CLOEXEC, cut_back, cut_torn_tail, fdatasync, fsync_dir, write_all
 
@@ -990,7 +996,7 @@ class DiskQueue:
         self._pending = False
         self._last_sync = time.monotonic()
         self._bg_busy = True
-        _background().submit(self._background_sync, fd, text, gen, dir_fsync)
+        sync_thread().submit(self._background_sync, fd, text, gen, dir_fsync)
 
     def _background_sync(self, fd: int | None, text: bytes, gen: int, dir_fsync: bool) -> None:
         """Runs on the sync thread: fdatasync, then metadata no older than what is on disk."""
@@ -1279,14 +1285,3 @@ class DummyQueue:
 
     def delete(self) -> None:
         pass
-
-
-_executor: ThreadPoolExecutor | None = None
-
-
-def _background() -> ThreadPoolExecutor:
-    """One sync thread for all queues: fsyncs are serialised by the disk anyway."""
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskqueue-sync")
-    return _executor

@@ -33,6 +33,7 @@ from itertools import accumulate, repeat
 from isal.isal_zlib import crc32  # zlib's CRC-32, computed with the CPU's carry-less multiply
 
 from ...protocol.repeated import RepeatedRecords
+from ..storage.background import FilesAhead
 from ..storage.commit import GroupCommit, Write
 from ..storage.files import cut_back, cut_torn_tail, fdatasync, fsync_dir, write_all
 from concurrent.futures import Executor
@@ -209,9 +210,10 @@ class Log:
         self.topic_name = topic_name
         self.logger = logger
         self.executor = executor
-        #: where segment files are made ahead: a thread of its own, so that a roll does not find
-        #: its file still queued behind fsyncs (and then make it on the event loop)
-        self.ahead = ahead if ahead is not None else executor
+        #: segment files made ahead, on a thread of their own (``ahead``), so that a roll does not
+        #: find its file still queued behind fsyncs (and then make it on the event loop)
+        self.ahead = FilesAhead(ahead if ahead is not None else executor, logger,
+                                f"HISTORY({topic_name})")
         self.sync_every = max(1, sync_every)
         self.sync_timeout = sync_timeout
         self.retention_ns = self.retention_bytes = 0
@@ -226,9 +228,6 @@ class Log:
         #: (a roll adds no fsync of its own: the sync every N messages or --sync-timeout covers
         #: them, so a thousand topics rolling each second do not fsync a thousand times more)
         self._sealed: list[int] = []
-        #: segment files made ahead by the helper thread, by id: it adds, the loop pops (each a
-        #: single dict operation, atomic under the GIL: no lock for the loop to wait on)
-        self._made: dict[int, int] = {}
         #: the newest timestamp expiry dropped (0: nothing yet): a point at or before it asks for
         #: messages the log no longer has (BEFORE_OLDEST)
         self.dropped_ts = 0
@@ -299,31 +298,11 @@ class Log:
         (creating a file waits on the file system's journal, which a busy disk makes slow);
         the next one is made ahead now."""
         seg = self.active
-        made = self._made
-        fd = made.pop(seg.sid, None)
-        for sid in list(made):  # made for a segment that fast rolls went past
-            if sid < seg.sid:
-                os.close(made.pop(sid))
-        self.fd = fd if fd is not None else os.open(self.path(seg.sid), os.O_WRONLY | os.O_CREAT, 0o644)
+        self.fd = self.ahead.take(seg.sid, self.path(seg.sid))
         if seg.size == 0 and self.sync_every <= 1 and self.commit is None:
             # its name must be on disk before an OK (the group commit's batch fsyncs it)
             self._fsync_dir()  # (with N > 1 the segment's first fdatasync carries it on ext4)
-        self.ahead.submit(self._make_ahead, seg.sid + 1)
-
-    def _make_ahead(self, sid: int) -> None:
-        if self.closed:
-            return
-        try:
-            fd = os.open(self.path(sid), os.O_WRONLY | os.O_CREAT, 0o644)
-        except OSError as err:  # (the append makes it then, or reports the error)
-            self.logger.warning("HISTORY(%s): could not make segment %d ahead - %s",
-                                self.topic_name, sid, err)
-            return
-        self._made[sid] = fd
-        if self.closed:  # closed meanwhile: whichever of close() and this pops it closes it
-            fd = self._made.pop(sid, None)
-            if fd is not None:
-                os.close(fd)
+        self.ahead.make(seg.sid + 1, self.path(seg.sid + 1))
 
     def _roll(self) -> None:
         """Seal the active segment (its summary beside it) and start the next one."""
@@ -638,10 +617,7 @@ class Log:
         self.closed = True
         self._epoch += 1  # (nsqd drains the group commit before closing: nothing is staged)
         self._staged = []
-        for sid in list(self._made):
-            fd = self._made.pop(sid, None)
-            if fd is not None:
-                os.close(fd)
+        self.ahead.close()
         self.save_replays()
         for fd in self._sealed:
             try:
