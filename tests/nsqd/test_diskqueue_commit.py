@@ -96,19 +96,26 @@ def test_fifo_across_rolls_and_a_reopen(tmp_path_factory, ops, max_bytes: int) -
     asyncio.run(body())
 
 
+async def refused_batch(q: DiskQueue, commit: GroupCommit, puts) -> OSError | None:
+    """Flush what ``puts()`` stages with the queue's write file swapped for a read-only one
+    under it (the flush fails: EBADF), then give the queue its file back."""
+    good_fd = q._wfd
+    q._wfd = os.open(q.file_name(q.write_file_num), os.O_RDONLY)
+    try:
+        puts()
+        return await flushed(commit)
+    finally:
+        os.close(q._wfd)
+        q._wfd = good_fd
+
+
 def test_a_refused_batch_drops_its_records_and_the_queue_goes_on(tmp_path: Path) -> None:
-    """The write file is swapped for a read-only one under the queue: the flush fails."""
     async def body():
         commit = GroupCommit(asyncio.get_running_loop(), LOG)
         q = open_q(tmp_path, commit)
         q.put(msg(0))
         assert await flushed(commit) is None
-        good_fd = q._wfd
-        q._wfd = os.open(q.file_name(q.write_file_num), os.O_RDONLY)
-        q.put_many([msg(1), msg(2)])
-        err = await flushed(commit)
-        os.close(q._wfd)
-        q._wfd = good_fd
+        err = await refused_batch(q, commit, lambda: q.put_many([msg(1), msg(2)]))
         depth_after_refusal = q.depth
         q.put(msg(3))
         assert await flushed(commit) is None
@@ -121,3 +128,28 @@ def test_a_refused_batch_drops_its_records_and_the_queue_goes_on(tmp_path: Path)
     assert isinstance(err, OSError)
     assert depth == 1
     assert got == [msg(0), msg(3)]
+
+
+def test_a_refused_requeue_is_handed_back_not_lost(tmp_path: Path) -> None:
+    """A requeue staged for the group commit has no publisher to refuse: when its batch fails
+    the queue calls its ``refused`` callback (the channel keeps the messages in memory)."""
+    async def body():
+        commit = GroupCommit(asyncio.get_running_loop(), LOG)
+        q = open_q(tmp_path, commit)
+        q.put(msg(0))
+        assert await flushed(commit) is None
+        kept: list[bytes] = []
+        requeued = [msg(1), msg(2)]
+
+        def puts() -> None:
+            q.put_many(requeued, lambda: kept.extend(requeued))
+            q.put(msg(3))  # a publish in the same batch: refused to its publisher, not kept
+
+        err = await refused_batch(q, commit, puts)
+        q.close()
+        commit.close()
+        return err, kept, q.depth
+
+    err, kept, depth = asyncio.run(body())
+    assert isinstance(err, OSError)
+    assert kept == [msg(1), msg(2)] and depth == 1

@@ -150,7 +150,7 @@ class DiskQueue:
         "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error", "watch",
         "_left_data", "_left_bad",
         "commit", "in_commit", "on_commit", "_staged", "_staged_n", "_taken_n", "_taken_end",
-        "_left_chunks", "_left_n", "_epoch", "_taken_epoch",
+        "_left_chunks", "_left_n", "_epoch", "_taken_epoch", "_taken_refused",
     )
 
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
@@ -212,7 +212,9 @@ class DiskQueue:
         self.in_commit = False
         #: called once records staged for the group commit are readable (the owner delivers)
         self.on_commit: Callable[[], None] | None = None
-        self._staged: list[tuple[list[bytes], int]] = []  # (length/record parts, bytes) per put
+        #: per put: (length/record parts, bytes, called if its batch is refused)
+        self._staged: list[tuple[list[bytes], int, Callable[[], None] | None]] = []
+        self._taken_refused: list[Callable[[], None]] = []  # those of the batch being flushed
         self._staged_n = 0  # records staged, not yet taken by a batch
         self._taken_n = 0  # records the batch on the writer thread holds
         self._taken_end = 0  # write_pos once they are on disk
@@ -270,12 +272,14 @@ class DiskQueue:
         elif self._count >= self.sync_every:
             self._sync_due()
 
-    def put_many(self, datas: Sequence[bytes]) -> None:
+    def put_many(self, datas: Sequence[bytes],
+                 refused: Callable[[], None] | None = None) -> None:
         """Append records in order with one ``pwrite`` per data file touched.
 
         All or nothing: on OSError every byte this call wrote is cut off again, no record is
         counted and the error is raised. A size outside the limits raises ValueError before
-        anything is written.
+        anything is written. Staged for the group commit, a refusal comes later: the records
+        are dropped and ``refused`` is called (a requeue keeps its messages in memory then).
         """
         k = len(datas)
         if not k:
@@ -294,7 +298,7 @@ class DiskQueue:
         parts[::2] = map(_pack_len, lens)
         parts[1::2] = datas
         if self.commit is not None:
-            self._stage(parts, total)
+            self._stage(parts, total, refused)
             return
         if pos + total > self.max_bytes_per_file and (pos or k > 1):
             self._put_across_files(datas)
@@ -320,10 +324,11 @@ class DiskQueue:
         (counted in :attr:`depth`, so later puts queue behind them)."""
         return self._staged_n + self._taken_n
 
-    def _stage(self, parts: list[bytes], nbytes: int) -> None:
+    def _stage(self, parts: list[bytes], nbytes: int,
+               refused: Callable[[], None] | None = None) -> None:
         """A put with ``--sync-every=1``: kept until the turn's batch writes and flushes it."""
         k = len(parts) >> 1
-        self._staged.append((parts, nbytes))
+        self._staged.append((parts, nbytes, refused))
         self._staged_n += k
         self.depth += k
         self.commit.stage(self)  # type: ignore[union-attr]
@@ -347,8 +352,11 @@ class DiskQueue:
         start = pos = self.write_pos
         parts: list[bytes] = []
         n = 0
-        rest: list[tuple[list[bytes], int]] = []
-        for i, (cparts, nbytes) in enumerate(chunks):
+        rest: list[tuple[list[bytes], int, Callable[[], None] | None]] = []
+        refused = self._taken_refused = []
+        for i, (cparts, nbytes, on_refused) in enumerate(chunks):
+            if on_refused is not None:
+                refused.append(on_refused)
             if pos + nbytes <= max_bytes:
                 parts += cparts
                 pos += nbytes
@@ -365,7 +373,8 @@ class DiskQueue:
             parts += cparts[:j]
             if j < len(cparts):
                 left = cparts[j:]
-                rest = [(left, sum(map(len, left)))] + chunks[i + 1:]
+                # (a refusal of the rest rescues the whole put: a duplicate, never a loss)
+                rest = [(left, sum(map(len, left)), on_refused)] + chunks[i + 1:]
                 break
         self._staged = rest
         self._staged_n -= n
@@ -382,10 +391,17 @@ class DiskQueue:
         left_chunks, left_n = self._left_chunks, self._left_n
         self._left_chunks = self._left_n = 0
         if error is not None:
+            for chunk in self._staged[:left_chunks]:
+                if chunk[2] is not None and chunk[2] not in self._taken_refused:
+                    self._taken_refused.append(chunk[2])
             del self._staged[:left_chunks]  # their publishes were refused with the batch
             self._staged_n -= left_n
             self.depth -= n + left_n
+            refused, self._taken_refused = self._taken_refused, []
+            for rescue in refused:  # (requeues: their messages stay in memory)
+                rescue()
             return
+        self._taken_refused = []
         self.write_pos = self._taken_end
         self._count += n
         self._touched()
@@ -413,7 +429,7 @@ class DiskQueue:
         self._staged_n = 0
         commit, self.commit = self.commit, None
         try:
-            for parts, _nbytes in chunks:
+            for parts, _nbytes, _refused in chunks:
                 self.put_many(parts[1::2])
         finally:
             self.commit = commit
@@ -421,6 +437,7 @@ class DiskQueue:
     def _drop_staged(self) -> None:
         self._epoch += 1
         self._staged = []
+        self._taken_refused = []
         self._staged_n = self._taken_n = 0
         self._left_chunks = self._left_n = 0
 
@@ -1259,7 +1276,7 @@ class DummyQueue:
     def put(self, data: bytes) -> None:
         pass
 
-    def put_many(self, datas: Sequence[bytes]) -> None:
+    def put_many(self, datas: Sequence[bytes], refused: object = None) -> None:
         pass
 
     def get(self) -> None:
