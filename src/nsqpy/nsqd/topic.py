@@ -68,10 +68,17 @@ class Topic:
         waits for its flush: nothing of a publish the disk refuses is delivered."""
         if self.guard is not None:
             self.guard(self)  # a drain, a full bounded queue: raises PublishRefused
-        if self.history is not None and self._keep(msgs, 0):
+        if self.history is not None and self._keep(msgs, 0) and not self._stages_only():
             self.nsqd.commit.then(partial(self._kept, self._fan_out, msgs, nbytes), answer=False)
             return
         self._fan_out(msgs, nbytes)
+
+    def _stages_only(self) -> bool:
+        """Whether a fan-out now would only stage disk-queue writes (``--mem-queue-size=0``
+        here and in every channel, no replay, no replication): those join the history's batch,
+        readable with it or refused with it, so the fan-out need not wait for its flush."""
+        return (self.mem_cap == 0 and self.nsqd.replicator is None and all(
+            c.mem_cap == 0 and c.feeder is None and not c.ephemeral for c in self.channels.values()))
 
     def _kept(self, fan_out: Callable[..., None], *args: Any) -> None:
         """The group commit's outcome for a publish the history held (its last argument)."""
