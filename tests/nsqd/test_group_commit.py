@@ -6,12 +6,14 @@ no message is there twice. Answers keep their order on a connection that mixes c
 from __future__ import annotations
 
 import json
+import os
 import threading
 import urllib.request
 from collections import Counter
 
 import pytest
 
+from helpers.disk import publishes_again, small_tmpfs
 from helpers.polling import wait_for
 from helpers.servers import Nsqd, unique_name
 from helpers.wire import Wire, drain
@@ -141,3 +143,51 @@ def _depth(node: Nsqd, topic: str) -> int:
     with urllib.request.urlopen(f"http://{node.http_address}/stats?format=json&topic={topic}") as r:
         topics = json.load(r)["topics"]
     return topics[0]["depth"] if topics else 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_disk_refuses_exactly_the_publishes_of_the_failed_batch(tmp_path):
+    """Six publishers fill a 512 KiB tmpfs through the group commit: each one refused gets
+    E_PUB_FAILED and its message is never delivered; every acknowledged one is; health went
+    NOK (a later, smaller batch may fit and restore it), and once space is freed publishing
+    works again and /ping says OK."""
+    with small_tmpfs(tmp_path) as mnt:
+        node = Nsqd(mnt / "d", *DURABLE, "--max-bytes-per-file=50000")
+        try:
+            _refusals_are_exact(node, mnt / "d")
+        finally:
+            node.stop()
+
+
+def _refusals_are_exact(node: Nsqd, data) -> None:
+    topic = unique_name()
+    sub = Wire(node.tcp_address)
+    sub.sub(topic, "ch")  # messages go straight to the channel's disk queue
+    sub.close()
+    acked: list[bytes] = []
+    refused: list[tuple[bytes, bytes]] = []
+    lock = threading.Lock()
+
+    def publish(k: int) -> None:
+        w = Wire(node.tcp_address, timeout=30)
+        for i in range(100):
+            body = b"%d-%03d-" % (k, i) + b"z" * 10_000
+            w.cmd(b"PUB", topic, body=body)
+            frame = w.read_frame()
+            with lock:
+                if frame.frame_type == FRAME_TYPE_ERROR:
+                    refused.append((body, frame.data))
+                    return
+                acked.append(body)
+
+    threads = [threading.Thread(target=publish, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert refused and all(err.startswith(b"E_PUB_FAILED PUB failed") for _, err in refused)
+    assert "health NOK" in node.log()
+    got = Counter(m.body for m in drain(node.tcp_address, topic, "ch", 10**6, quiet=2.0))
+    assert not [b for b in acked if got[b] != 1]
+    assert not [b for b, _ in refused if b in got]
+    publishes_again(node, topic, data)

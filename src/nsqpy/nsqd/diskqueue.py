@@ -150,7 +150,7 @@ class DiskQueue:
         "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error", "watch",
         "_left_data", "_left_bad",
         "commit", "in_commit", "on_commit", "_staged", "_staged_n", "_taken_n", "_taken_end",
-        "_left_chunks", "_left_n", "_epoch", "_taken_epoch", "_taken_refused",
+        "_epoch", "_taken_epoch", "_taken_refused",
     )
 
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
@@ -218,7 +218,6 @@ class DiskQueue:
         self._staged_n = 0  # records staged, not yet taken by a batch
         self._taken_n = 0  # records the batch on the writer thread holds
         self._taken_end = 0  # write_pos once they are on disk
-        self._left_chunks = self._left_n = 0  # what that batch left staged for the next one
         self._epoch = self._taken_epoch = 0  # bumped by empty/delete/close: a batch then is moot
 
         self._load(files)
@@ -333,75 +332,39 @@ class DiskQueue:
         self.depth += k
         self.commit.stage(self)  # type: ignore[union-attr]
 
-    def prepare(self) -> tuple[list[Write], bool]:
-        """The batch takes what is staged: as much as fits in the write file (one ``pwritev``);
-        the rest waits for the next batch, which starts the next file."""
+    def prepare(self) -> list[Write]:
+        """The batch takes everything staged: one ``pwritev`` to the write file. A roll happens
+        only between batches (the file is whole and flushed then), so a file may pass
+        ``max_bytes_per_file`` by the rest of one batch: go-diskqueue reads a finished file to
+        its real size, as this reader does. One batch, one outcome for all it holds."""
         self._taken_epoch = self._epoch
-        chunks = self._staged
-        # until this returns, a refusal drops everything staged (commit() sees these)
-        self._taken_n = 0
-        self._left_chunks, self._left_n = len(chunks), self._staged_n
+        chunks, self._staged = self._staged, []
+        self._taken_n, self._staged_n = self._staged_n, 0
+        self._taken_refused = [c[2] for c in chunks if c[2] is not None]
         if not chunks:
-            return [], False
-        max_bytes = self.max_bytes_per_file
-        if self.write_pos and self.write_pos + 4 + len(chunks[0][0][1]) > max_bytes:
+            return []
+        if self.write_pos and self.write_pos + 4 + len(chunks[0][0][1]) > self.max_bytes_per_file:
             self._roll_writer()
         created = self._wfd is None and self.write_pos == 0
         if self._wfd is None:
             self._open_write()
-        start = pos = self.write_pos
-        parts: list[bytes] = []
-        n = 0
-        rest: list[tuple[list[bytes], int, Callable[[], None] | None]] = []
-        refused = self._taken_refused = []
-        for i, (cparts, nbytes, on_refused) in enumerate(chunks):
-            if on_refused is not None:
-                refused.append(on_refused)
-            if pos + nbytes <= max_bytes:
-                parts += cparts
-                pos += nbytes
-                n += len(cparts) >> 1
-                continue
-            j = 0  # record by record: upstream's rule, a record that does not fit rolls
-            while j < len(cparts):
-                size = len(cparts[j + 1]) + 4
-                if pos and pos + size > max_bytes:
-                    break
-                pos += size
-                n += 1
-                j += 2
-            parts += cparts[:j]
-            if j < len(cparts):
-                left = cparts[j:]
-                # (a refusal of the rest rescues the whole put: a duplicate, never a loss)
-                rest = [(left, sum(map(len, left)), on_refused)] + chunks[i + 1:]
-                break
-        self._staged = rest
-        self._staged_n -= n
-        self._left_chunks, self._left_n = len(rest), self._staged_n
-        self._taken_n, self._taken_end = n, pos
-        return [Write(os.dup(self._wfd), start, parts,  # type: ignore[arg-type]
-                      self.data_path if created else "")], bool(rest)
+        parts = [part for chunk in chunks for part in chunk[0]]
+        self._taken_end = self.write_pos + sum(c[1] for c in chunks)
+        return [Write(os.dup(self._wfd), self.write_pos, parts,  # type: ignore[arg-type]
+                      self.data_path if created else "")]
 
     def committed(self, error: OSError | None) -> None:
-        """The batch returned: its records are on disk and readable, or refused and dropped."""
+        """The batch returned: its records are on disk and readable, or refused and dropped
+        (a requeue among them is handed back: its ``refused`` callback)."""
         n, self._taken_n = self._taken_n, 0
+        refused, self._taken_refused = self._taken_refused, []
         if self._taken_epoch != self._epoch:
             return  # emptied, deleted or closed meanwhile: nothing of it counts
-        left_chunks, left_n = self._left_chunks, self._left_n
-        self._left_chunks = self._left_n = 0
         if error is not None:
-            for chunk in self._staged[:left_chunks]:
-                if chunk[2] is not None and chunk[2] not in self._taken_refused:
-                    self._taken_refused.append(chunk[2])
-            del self._staged[:left_chunks]  # their publishes were refused with the batch
-            self._staged_n -= left_n
-            self.depth -= n + left_n
-            refused, self._taken_refused = self._taken_refused, []
-            for rescue in refused:  # (requeues: their messages stay in memory)
+            self.depth -= n
+            for rescue in refused:
                 rescue()
             return
-        self._taken_refused = []
         self.write_pos = self._taken_end
         self._count += n
         self._touched()
@@ -439,7 +402,6 @@ class DiskQueue:
         self._staged = []
         self._taken_refused = []
         self._staged_n = self._taken_n = 0
-        self._left_chunks = self._left_n = 0
 
     def get(self) -> bytes | None:
         """Hand out the next record (it counts as consumed) or None when the queue is empty."""

@@ -36,9 +36,9 @@ class AppendFile:
         assert self.commit is not None
         self.commit.stage(self)
 
-    def prepare(self) -> tuple[list[Write], bool]:
+    def prepare(self) -> list[Write]:
         self.taken, self.staged = self.staged, []
-        return [Write(os.dup(self.fd), self.size, self.taken)], False
+        return [Write(os.dup(self.fd), self.size, self.taken)]
 
     def committed(self, error: OSError | None) -> None:
         self.outcomes.append(error)

@@ -244,7 +244,6 @@ class Log:
         self._staged: list[tuple] = []
         self._taken: list[tuple[int, tuple]] = []
         self._taken_seg: Segment | None = None
-        self._left = 0  # blocks that batch left staged (a roll): refused with it if it fails
         self._epoch = self._taken_epoch = 0  # bumped by close/delete: a batch then is moot
         self._bytes = 0  # what the segments hold: a running total, not a sum per append
         os.makedirs(self.dir, exist_ok=True)
@@ -432,51 +431,38 @@ class Log:
 
     # --- the group commit (storage/commit.py) ---------------------------------------------------
 
-    def prepare(self) -> tuple[list[Write], bool]:
-        """The batch takes the staged blocks that go to the active segment (one ``pwritev``); a
-        block that rolls the segment waits for the next batch, which starts the next segment
-        once this one is whole on disk."""
+    def prepare(self) -> list[Write]:
+        """The batch takes every staged block: one ``pwritev`` to the active segment. A roll
+        happens only between batches (the segment is whole on disk then), so a segment may pass
+        its size, or its time span, by the rest of one batch; a batch has one outcome."""
         self._taken_epoch = self._epoch
-        staged = self._staged
+        staged, self._staged = self._staged, []
         self._taken, self._taken_seg = [], None
-        self._left = len(staged)  # (until this returns, a refusal drops all of them)
         if not staged or self.closed:
-            return [], False
+            return []
         seg = self.active
-        end = seg.size
-        seg_first = seg.first_ts if seg.count else None
-        taken: list[tuple[int, tuple]] = []
-        for block in staged:
-            size, first = block[1], block[5]
-            if end and (end + size > self.segment_bytes or (
-                    self.retention_ns and seg_first is not None and first - seg_first > self.roll_ns)):
-                if taken:
-                    break
-                self._roll()
-                seg, end, seg_first = self.active, 0, None
-            if seg_first is None:
-                seg_first = first
-            taken.append((end, block))
-            end += size
+        first = staged[0]
+        if seg.size and (seg.size + first[1] > self.segment_bytes or (
+                self.retention_ns and first[5] - seg.first_ts > self.roll_ns)):
+            self._roll()
+            seg = self.active
         if self.fd < 0:
             self._open_active()
-        parts = [part for _offset, block in taken for part in block[0]]
+        taken = []
+        end = seg.size
+        for block in staged:
+            taken.append((end, block))
+            end += block[1]
         self._taken, self._taken_seg = taken, seg
-        self._staged = staged[len(taken):]
-        self._left = len(self._staged)
-        return [Write(os.dup(self.fd), seg.size, parts, self.dir if seg.size == 0 else "")], \
-            bool(self._staged)
+        return [Write(os.dup(self.fd), seg.size, [part for block in staged for part in block[0]],
+                      self.dir if seg.size == 0 else "")]
 
     def committed(self, error: OSError | None) -> None:
         """The batch returned: its blocks are readable (the segment's summary has them), or
-        were cut off again and are dropped, with the ones it left staged."""
+        were cut off again and are dropped."""
         taken, seg = self._taken, self._taken_seg
         self._taken, self._taken_seg = [], None
-        if self._taken_epoch != self._epoch or seg is None:
-            return
-        left, self._left = self._left, 0
-        if error is not None:
-            del self._staged[:left]
+        if self._taken_epoch != self._epoch or seg is None or error is not None:
             return
         for offset, (_iov, size, n, lo, hi, first, last) in taken:
             seg.add_block(offset, size, n, lo, hi, first, last)

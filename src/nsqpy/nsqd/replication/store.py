@@ -326,13 +326,13 @@ class ReplicaStore:
             self._unsynced = False
             os.fsync(self._fd)
 
-    def prepare(self) -> tuple[list[Write], bool]:
+    def prepare(self) -> list[Write]:
         """The group commit's flush of what ``append(..., defer_sync=True)`` wrote: the entries
         are in the file already (the index applied them), the writer thread only fsyncs it."""
         if not self._unsynced or self._fd < 0:
-            return [], False
+            return []
         self._unsynced = False
-        return [Write(os.dup(self._fd), self._seg_size[self.current], ())], False
+        return [Write(os.dup(self._fd), self._seg_size[self.current], ())]
 
     def committed(self, error: OSError | None) -> None:
         """(the link answers from the commit's step: an error fails it, as a failed sync does)"""

@@ -15,9 +15,10 @@ back to where the batch began and every step of it is told the error, so exactly
 the batch held are refused and nothing of them is kept or delivered.
 
 An owner (a disk queue, a history log) has an ``in_commit`` flag this module keeps, and two
-methods called on the event loop: ``prepare()`` fixes the positions of what it staged and returns
-``(writes, more)`` (``more``: some of it waits for the next batch, after a file roll);
-``committed(error)`` makes a prepared write readable (``error`` None) or drops it. Nothing else of
+methods called on the event loop: ``prepare()`` takes everything it staged, fixes its positions
+and returns the writes (a file roll happens there, between batches, never inside one: a batch
+and its steps share one outcome); ``committed(error)`` makes what it wrote readable (``error``
+None) or drops it. Nothing else of
 an owner is touched off the loop: the thread gets the bytes and a duplicate of the file's fd.
 """
 
@@ -55,7 +56,7 @@ class Write:
 class Owner(Protocol):
     in_commit: bool
 
-    def prepare(self) -> tuple[list[Write], bool]: ...
+    def prepare(self) -> list[Write]: ...
 
     def committed(self, error: OSError | None) -> None: ...
 
@@ -92,8 +93,8 @@ class GroupCommit:
         self._owners: list[Any] = []  # the open batch: owners with something staged
         self._steps: list[tuple[Step, bool]] = []  # ... what waits for it, in order (step, answer)
         self._scheduled = False
-        #: the batch on the writer thread: (number, future, owners, steps, more)
-        self._running: tuple[int, Future, list[Any], list[tuple[Step, bool]], bool] | None = None
+        #: the batch on the writer thread: (number, future, owners, steps)
+        self._running: tuple[int, Future, list[Any], list[tuple[Step, bool]]] | None = None
         self._number = 0
         #: bumped by every stage(): a step that staged more is seen by this
         self.staged = 0
@@ -141,31 +142,23 @@ class GroupCommit:
         for owner in owners:
             owner.in_commit = False
         writes: list[Write] = []
-        more = False
         error: OSError | None = None
         for owner in owners:
             try:
-                got, rest = owner.prepare()
+                writes += owner.prepare()
             except OSError as err:  # (a new file could not be made): the batch is refused
                 error = error or err
-                continue
-            writes += got
-            if rest:
-                more = True
-                if not owner.in_commit:
-                    owner.in_commit = True
-                    self._owners.append(owner)
         if error is not None or not writes:
             for w in writes:
                 os.close(w.fd)
-            self._finish(owners, steps, more, error)
+            self._finish(owners, steps, error, wrote=False)
             if self._owners or self._steps:
                 self._schedule()
             return
         self._number += 1
         number = self._number
         future = self._thread.submit(flush, writes)
-        self._running = (number, future, owners, steps, more)
+        self._running = (number, future, owners, steps)
         self.batches += 1
         self.files += len(writes)
         future.add_done_callback(
@@ -176,17 +169,17 @@ class GroupCommit:
         if running is None or running[0] != number:
             return  # drain() finished it already
         self._running = None
-        self._finish(running[2], running[3], running[4], running[1].result())
+        self._finish(running[2], running[3], running[1].result())
         self._dispatch()  # what was staged while it ran
 
-    def _finish(self, owners: list[Any], steps: list[tuple[Step, bool]], more: bool,
-                error: OSError | None) -> None:
+    def _finish(self, owners: list[Any], steps: list[tuple[Step, bool]],
+                error: OSError | None, wrote: bool = True) -> None:
         """The batch is on disk (``error`` None) or refused: owners first (what they wrote
         becomes readable, or is dropped), then the steps in order. Once a step stages more (a
         fan-out the history held writes the topic's or channels' queues), the answers after it
         wait for the next batch, in front of those already waiting there, so a connection's
         answers keep their order; the continuations after it still run (their own writes are
-        on disk). When the batch left some writes for the next one (a roll), everything waits."""
+        on disk)."""
         if error is not None:
             self.logger.error("GROUP COMMIT: a write or flush failed, %d publish step(s) "
                               "refused - %s", len(steps), error)
@@ -195,12 +188,12 @@ class GroupCommit:
                 owner.committed(error)
             except Exception:
                 self.logger.exception("GROUP COMMIT: committing %r failed", owner)
-        if self.on_result is not None:
-            self.on_result(error)
-        carry = more and error is None
+        if self.on_result is not None and (wrote or error is not None):
+            self.on_result(error)  # (a batch that wrote nothing says nothing of the disk)
+        carry = False
         carried: list[tuple[Step, bool]] = []
         for step, answer in steps:
-            if carry and (answer or more):
+            if carry and answer:
                 carried.append((step, answer))
                 continue
             before = self.staged
@@ -221,7 +214,7 @@ class GroupCommit:
             if running is not None:
                 error = running[1].result()
                 self._running = None
-                self._finish(running[2], running[3], running[4], error)
+                self._finish(running[2], running[3], error)
             elif self._owners or self._steps:
                 self._dispatch()
             else:
