@@ -16,6 +16,8 @@ PACKAGE = "nsqpy"
 #: nsqd's core: these modules stand below every sub-package of nsqd
 NSQD_CORE = {"nsqd", "topic", "channel", "hooks", "diskqueue", "metadata", "lookup", "options"}
 NSQD_FEATURES = {"v2", "replication", "lifecycle", "stats", "leases", "auth"}
+#: nsqd's floors below the core: mechanisms the core stands on (the storage room)
+NSQD_FLOORS = {"storage"}
 
 
 def _modules() -> dict[str, Path]:
@@ -109,7 +111,16 @@ def test_nsqd_core_imports_no_feature():
         for target in graph[f"{PACKAGE}.nsqd.{module}"]:
             parts = target.split(".")
             assert not (parts[:2] == [PACKAGE, "nsqd"] and len(parts) > 2
-                        and parts[2] not in NSQD_CORE), f"nsqd/{module}.py imports {target}"
+                        and parts[2] not in NSQD_CORE | NSQD_FLOORS), f"nsqd/{module}.py imports {target}"
+
+
+def test_the_storage_room_stands_below_nsqd():
+    """``nsqd/storage`` (segment files, the group commit) is a mechanism of its own, as
+    go-diskqueue is upstream's: it imports nothing of nsqpy outside itself."""
+    for name, targets in _graph().items():
+        if name.startswith(f"{PACKAGE}.nsqd.storage"):
+            outside = {t for t in targets if not t.startswith(f"{PACKAGE}.nsqd.storage")}
+            assert not outside, f"{name} imports {outside}"
 
 
 def test_nsqd_features_do_not_reach_the_assembly():

@@ -104,6 +104,24 @@ class Wire:
         self.sock.close()
 
 
+def drain(addr: str, topic: str, channel: str, expect: int, rdy: int = 2500, quiet: float = 2.0):
+    """Consume and FIN until ``expect`` messages arrived or nothing came for ``quiet`` seconds."""
+    w = Wire(addr)
+    w.sub(topic, channel, rdy=rdy)
+    w.sock.settimeout(quiet)
+    got = []
+    try:
+        while len(got) < expect:
+            m = w.read_message()
+            got.append(m)
+            w.cmd(b"FIN", m.id)
+    except OSError:
+        pass
+    w.cmd(b"NOP")
+    w.close()
+    return got
+
+
 def read_until_quiet(sock: socket.socket, wait: float) -> bytes:
     """What the server sent until ``wait`` seconds passed without a byte, then ``<closed>`` or
     ``<open>``: a side-by-side test compares these bytes between upstream's server and ours."""

@@ -18,6 +18,7 @@ import heapq
 import itertools
 import time
 from collections import deque
+from functools import partial
 from typing import Any
 from itertools import repeat, starmap
 
@@ -44,7 +45,8 @@ class Channel:
         self.mem: deque[Msg] = deque()
         self.mem_cap = nsqd.options.mem_queue_size
         self.queue_name = f"{topic.name}:{name}"
-        self.backend = nsqd.make_backend(self.queue_name, self.ephemeral)
+        # (with --sync-every=1 what the disk queue stages is readable once flushed: deliver then)
+        self.backend = nsqd.make_backend(self.queue_name, self.ephemeral, self.dispatch)
         self.deferred: list[tuple[float, int, Msg]] = []
         self.clients: list[Consumer] = []
         # in-flight dicts of consumers that disconnected: their messages time out as upstream's do
@@ -114,7 +116,7 @@ class Channel:
         heapq.heappush(self.deferred, (due, next(_seq), msg))
         self.nsqd.busy_channels.add(self)  # nsqd's scan releases it when due
 
-    def _enqueue(self, msgs: list[Msg]) -> None:
+    def _enqueue(self, msgs: list[Msg], refused: Any = None) -> None:
         mem = self.mem
         backend = self.backend
         space = self.mem_cap - len(mem)
@@ -127,7 +129,7 @@ class Channel:
         if self.ephemeral:
             return  # upstream drops ephemeral overflow
         try:
-            backend.put_many([encode_message(*m) for m in msgs])
+            backend.put_many([encode_message(*m) for m in msgs], refused)
         except OSError as err:
             self.nsqd.set_health_error(err)
             raise
@@ -137,8 +139,8 @@ class Channel:
 
     def requeue(self, msgs: list[Msg]) -> None:
         """Back into the queue after REQ 0, a timeout or a deferral; never loses a message."""
-        try:
-            self._enqueue(msgs)
+        try:  # (with the group commit a failure comes later, to the same rescue)
+            self._enqueue(msgs, partial(self.mem.extend, msgs))
         except OSError:
             self.mem.extend(msgs)  # the disk failed: hold them in memory rather than lose them
 

@@ -34,7 +34,10 @@ Sync policy
     snapshot from ever replacing a newer one); from ``tick`` once ``sync_timeout`` has passed
     with activity; on every roll
     and every reader file advance; on ``close``. The directory is fsynced after a sync that
-    follows creating or deleting files. Errors from these automatic syncs are logged, never
+    follows creating or deleting files. With nsqd's group commit (``--sync-every=1``: ``commit``
+    set, nsqd/storage/commit.py) a put is staged instead: counted in ``depth`` at once, written
+    and flushed by the commit's writer thread with the turn's batch, readable (``on_commit``)
+    once that returned; the metadata follows on the sync thread. Errors from these automatic syncs are logged, never
     raised out of ``put``/``get`` (the record is already written or handed out; raising would
     make the caller retry and duplicate it); an explicit ``sync()`` raises.
 
@@ -50,6 +53,9 @@ Recovery (upstream semantics, plus a few improvements that are marked *beyond up
       rebuilt by scanning the data files in order (*beyond upstream*, which starts fresh and
       then overwrites file 0 in place). Records consumed after the last sync are redelivered,
       which is within NSQ's at-least-once guarantee.
+    * A torn last record (the last file written before a crash ends inside a record, or in
+      zeros a power loss left): the file is cut in place after its last whole record at
+      start-up (*beyond upstream*, which later moves the file aside as ``.bad``).
     * Read error (length out of range, truncated record, unreadable file): the file is renamed
       ``<file>.bad``, an error is logged, reading continues with the next file; reading the
       write file itself moves writing to a new file (upstream ``handleReadError``). A missing
@@ -69,13 +75,15 @@ import errno
 import logging
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import re
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..protocol.same_size import messages as same_size_messages, same_size_run
+from .storage.background import sync_thread
+from .storage.commit import GroupCommit, Write
+from .storage.files import O_CLOEXEC, cut_back, cut_torn_tail, fdatasync, fsync_dir, write_all
 
 __all__ = ["DiskQueue", "DummyQueue", "scan_records"]
 
@@ -94,8 +102,8 @@ _DATA_RE = re.compile(r"(\d+)\.dat")
 _TMP_RE = re.compile(r"\.\d+\.tmp")
 _META_RE = re.compile(rb"\s*(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n?\s*")
 
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_fdatasync = getattr(os, "fdatasync", os.fsync)
+_O_CLOEXEC = O_CLOEXEC
+_fdatasync = fdatasync  # (a module global: tests count the calls)
 
 
 def scan_records(fd: int, start: int, end: int, min_size: int, max_size: int
@@ -141,6 +149,8 @@ class DiskQueue:
         "_last_sync", "_closed", "_prefix", "_meta_path",
         "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error", "watch",
         "_left_data", "_left_bad",
+        "commit", "in_commit", "on_commit", "_staged", "_staged_n", "_taken_n", "_taken_end",
+        "_epoch", "_taken_epoch", "_taken_refused",
     )
 
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
@@ -196,6 +206,20 @@ class DiskQueue:
         self._left_data: set[str] = set()
         self._left_bad: set[str] = set()
 
+        # group commit (``--sync-every=1`` in nsqd: storage/commit.py): puts are staged, written
+        # and flushed with the turn's batch on the writer thread, and readable once it returned
+        self.commit: GroupCommit | None = None
+        self.in_commit = False
+        #: called once records staged for the group commit are readable (the owner delivers)
+        self.on_commit: Callable[[], None] | None = None
+        #: per put: (length/record parts, bytes, called if its batch is refused)
+        self._staged: list[tuple[list[bytes], int, Callable[[], None] | None]] = []
+        self._taken_refused: list[Callable[[], None]] = []  # those of the batch being flushed
+        self._staged_n = 0  # records staged, not yet taken by a batch
+        self._taken_n = 0  # records the batch on the writer thread holds
+        self._taken_end = 0  # write_pos once they are on disk
+        self._epoch = self._taken_epoch = 0  # bumped by empty/delete/close: a batch then is moot
+
         self._load(files)
         if self._needs_sync:
             self._sync_quiet()
@@ -227,6 +251,9 @@ class DiskQueue:
         if self._closed:
             raise OSError(errno.EBADF, f"DISKQUEUE({self.name}) is closed")
         self._touched()
+        if self.commit is not None:
+            self._stage([_pack_len(n), data], n + 4)
+            return
         pos = self.write_pos
         if pos and pos + 4 + n > self.max_bytes_per_file:
             self._put_across_files((data,))
@@ -244,12 +271,14 @@ class DiskQueue:
         elif self._count >= self.sync_every:
             self._sync_due()
 
-    def put_many(self, datas: Sequence[bytes]) -> None:
+    def put_many(self, datas: Sequence[bytes],
+                 refused: Callable[[], None] | None = None) -> None:
         """Append records in order with one ``pwrite`` per data file touched.
 
         All or nothing: on OSError every byte this call wrote is cut off again, no record is
         counted and the error is raised. A size outside the limits raises ValueError before
-        anything is written.
+        anything is written. Staged for the group commit, a refusal comes later: the records
+        are dropped and ``refused`` is called (a requeue keeps its messages in memory then).
         """
         k = len(datas)
         if not k:
@@ -264,12 +293,15 @@ class DiskQueue:
         self._touched()
         pos = self.write_pos
         total = sum(lens) + 4 * k
-        if pos + total > self.max_bytes_per_file and (pos or k > 1):
-            self._put_across_files(datas)
-            return
         parts: list[bytes] = [b""] * (2 * k)
         parts[::2] = map(_pack_len, lens)
         parts[1::2] = datas
+        if self.commit is not None:
+            self._stage(parts, total, refused)
+            return
+        if pos + total > self.max_bytes_per_file and (pos or k > 1):
+            self._put_across_files(datas)
+            return
         fd = self._wfd
         if fd is None:
             fd = self._open_write()
@@ -282,6 +314,94 @@ class DiskQueue:
             self._sync_quiet()
         elif self._count >= self.sync_every:
             self._sync_due()
+
+    # --- group commit (storage/commit.py) -------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Records put but not yet readable: staged for the group commit or being flushed
+        (counted in :attr:`depth`, so later puts queue behind them)."""
+        return self._staged_n + self._taken_n
+
+    def _stage(self, parts: list[bytes], nbytes: int,
+               refused: Callable[[], None] | None = None) -> None:
+        """A put with ``--sync-every=1``: kept until the turn's batch writes and flushes it."""
+        k = len(parts) >> 1
+        self._staged.append((parts, nbytes, refused))
+        self._staged_n += k
+        self.depth += k
+        self.commit.stage(self)  # type: ignore[union-attr]
+
+    def prepare(self) -> list[Write]:
+        """The batch takes everything staged: one ``pwritev`` to the write file. A roll happens
+        only between batches (the file is whole and flushed then), so a file may pass
+        ``max_bytes_per_file`` by the rest of one batch: go-diskqueue reads a finished file to
+        its real size, as this reader does. One batch, one outcome for all it holds."""
+        self._taken_epoch = self._epoch
+        chunks, self._staged = self._staged, []
+        self._taken_n, self._staged_n = self._staged_n, 0
+        self._taken_refused = [c[2] for c in chunks if c[2] is not None]
+        if not chunks:
+            return []
+        if self.write_pos and self.write_pos + 4 + len(chunks[0][0][1]) > self.max_bytes_per_file:
+            self._roll_writer()
+        created = self._wfd is None and self.write_pos == 0
+        if self._wfd is None:
+            self._open_write()
+        parts = [part for chunk in chunks for part in chunk[0]]
+        self._taken_end = self.write_pos + sum(c[1] for c in chunks)
+        return [Write(os.dup(self._wfd), self.write_pos, parts,  # type: ignore[arg-type]
+                      self.data_path if created else "")]
+
+    def committed(self, error: OSError | None) -> None:
+        """The batch returned: its records are on disk and readable, or refused and dropped
+        (a requeue among them is handed back: its ``refused`` callback)."""
+        n, self._taken_n = self._taken_n, 0
+        refused, self._taken_refused = self._taken_refused, []
+        if self._taken_epoch != self._epoch:
+            return  # emptied, deleted or closed meanwhile: nothing of it counts
+        if error is not None:
+            self.depth -= n
+            for rescue in refused:
+                rescue()
+            return
+        self.write_pos = self._taken_end
+        self._count += n
+        self._touched()
+        if self._needs_sync or self._count >= self.sync_every:
+            self._sync_due()  # the metadata, on the sync thread: the data is flushed already
+        if self.on_commit is not None:
+            self.on_commit()
+
+    def _roll_writer(self) -> None:
+        """Writing moves on to the next file; the current one is whole and flushed."""
+        old_num, old_end = self.write_file_num, self.write_pos
+        self._close_write()
+        self.write_file_num = old_num + 1
+        self.write_pos = 0
+        self._needs_sync = True
+        if self.read_file_num == old_num:
+            self._rlimit = old_end
+            if self.read_pos >= old_end:
+                self._advance_reader()
+
+    def _write_staged_now(self) -> None:
+        """Closing: what is still staged is written without the group commit."""
+        chunks, self._staged = self._staged, []
+        self.depth -= self._staged_n
+        self._staged_n = 0
+        commit, self.commit = self.commit, None
+        try:
+            for parts, _nbytes, _refused in chunks:
+                self.put_many(parts[1::2])
+        finally:
+            self.commit = commit
+
+    def _drop_staged(self) -> None:
+        self._epoch += 1
+        self._staged = []
+        self._taken_refused = []
+        self._staged_n = self._taken_n = 0
 
     def get(self) -> bytes | None:
         """Hand out the next record (it counts as consumed) or None when the queue is empty."""
@@ -417,6 +537,7 @@ class DiskQueue:
         number (upstream). Raises the first OSError met after completing the reset."""
         self.logger.info("DISKQUEUE(%s): emptying", self.name)
         self._touched()
+        self._drop_staged()
         with self._meta_lock:  # a background sync still running must not rewrite the metadata
             self._meta_gen += 1
             self._meta_written = self._meta_gen
@@ -448,10 +569,13 @@ class DiskQueue:
         self.logger.info("DISKQUEUE(%s): closing", self.name)
         err = None
         try:
+            if self._staged:  # (memory queues flushed at shutdown, after the last batch)
+                self._write_staged_now()
             self.sync()
         except OSError as e:
             self.logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, e)
             err = e
+        self._drop_staged()
         self._close_fds()
         self._closed = True
         if err is not None:
@@ -545,29 +669,15 @@ class DiskQueue:
 
     def _pwrite(self, fd: int, data: bytes, pos: int) -> None:
         """Write all of ``data`` at ``pos``; on failure cut the file back to ``pos`` and raise."""
-        done = 0
-        total = len(data)
         try:
-            done = os.pwrite(fd, data, pos)
-            if done < total:
-                view = memoryview(data)
-                while done < total:
-                    w = os.pwrite(fd, view[done:], pos + done)
-                    if w <= 0:
-                        raise OSError(errno.EIO, "short write")
-                    done += w
+            write_all(fd, (data,), pos)
         except OSError:
-            if done:
-                self._truncate(fd, pos)
+            self._truncate(fd, pos)
             raise
 
     def _truncate(self, fd: int, size: int) -> None:
-        try:
-            os.ftruncate(fd, size)
-        except OSError as e:
-            # the bytes past write_pos stay; the next pwrite overwrites them and a roll retries
-            self.logger.error("DISKQUEUE(%s) failed to truncate a partial write - %s",
-                              self.name, e)
+        # (on failure the bytes past write_pos stay; the next write overwrites them)
+        cut_back(fd, size, self.logger, f"DISKQUEUE({self.name})")
 
     def _put_across_files(self, datas: Sequence[bytes]) -> None:
         """The rolling write path: split ``datas`` per file, write each part, then commit."""
@@ -812,12 +922,12 @@ class DiskQueue:
         """Upstream ``checkTailCorruption``: at the writer, depth must be 0."""
         if self.read_file_num != self.write_file_num or self.read_pos != self.write_pos:
             return
-        if self.depth != 0:
+        if self.depth != self._staged_n + self._taken_n:  # (those are not written yet)
             self.logger.error("DISKQUEUE(%s) %s depth at tail (%d), %s, resetting 0...",
                               self.name, "negative" if self.depth < 0 else "positive",
                               self.depth,
                               "metadata corruption" if self.depth < 0 else "data loss")
-            self.depth = 0
+            self.depth = self._staged_n + self._taken_n
             self._needs_sync = True
 
     # --- sync and metadata ----------------------------------------------------------------------
@@ -841,11 +951,12 @@ class DiskQueue:
     def _sync_due(self) -> None:
         """Group commit: synchronous for ``sync_every == 1`` (durable mode), else on the
         background thread; while one is running, further triggers just wait for the next."""
-        if self.sync_every <= 1:
+        if self.sync_every <= 1 and self.commit is None:
             self._sync_quiet()
             return
         if self._bg_busy or self._closed:
             return
+        self._needs_sync = False  # (what it asks for: data, metadata, directory, all below)
         fd = None
         if self._wfd is not None and self._wdirty:
             try:
@@ -864,7 +975,7 @@ class DiskQueue:
         self._pending = False
         self._last_sync = time.monotonic()
         self._bg_busy = True
-        _background().submit(self._background_sync, fd, text, gen, dir_fsync)
+        sync_thread().submit(self._background_sync, fd, text, gen, dir_fsync)
 
     def _background_sync(self, fd: int | None, text: bytes, gen: int, dir_fsync: bool) -> None:
         """Runs on the sync thread: fdatasync, then metadata no older than what is on disk."""
@@ -886,7 +997,8 @@ class DiskQueue:
             self._bg_busy = False
 
     def _meta_text(self) -> bytes:
-        return b"%d\n%d,%d\n%d,%d\n" % (self.depth, self.read_file_num, self.read_pos,
+        return b"%d\n%d,%d\n%d,%d\n" % (self.depth - self._staged_n - self._taken_n,
+                                         self.read_file_num, self.read_pos,
                                          self.write_file_num, self.write_pos)
 
     def _persist_meta(self) -> None:
@@ -915,13 +1027,8 @@ class DiskQueue:
             raise
 
     def _sync_dir(self) -> None:
-        fd = os.open(self.data_path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(self.data_path)
         self._dir_dirty = False
-
 
     # --- startup --------------------------------------------------------------------------------
 
@@ -993,6 +1100,7 @@ class DiskQueue:
         except OSError as e:
             self.logger.error("DISKQUEUE(%s) cannot stat %s - %s", self.name, wpath, e)
         next_write = wfn
+        later = sorted(n for n in data if n > wfn)
         if size < 0:
             if wpos > 0:
                 self.logger.error("DISKQUEUE(%s) write file %s is missing (writePos %d), "
@@ -1001,16 +1109,15 @@ class DiskQueue:
         elif size != wpos:
             self.logger.warning("DISKQUEUE(%s) %s metadata writePos %d != file size of %d, "
                                 "skipping to new file", self.name, wpath, wpos, size)
-            if size > wpos:
-                extra += self._count_records(wpath, wpos)
+            if size > wpos:  # written after the last sync: its last record may be torn
+                extra += self._count_records(wpath, wpos, tail=not later)
             next_write = wfn + 1
-        later = sorted(n for n in data if n > wfn)
         if later:
             self.logger.warning("DISKQUEUE(%s) data files after write file %d found %s "
                                 "(metadata older than the data); reading them too",
                                 self.name, wfn, later)
             for n in later:
-                extra += self._count_records(data[n], 0)
+                extra += self._count_records(data[n], 0, tail=n == later[-1])
             next_write = max(next_write, later[-1] + 1)
         if next_write != wfn:
             self.write_file_num = next_write
@@ -1038,20 +1145,29 @@ class DiskQueue:
         self._rbase = 0
         self.write_file_num = nums[-1] + 1
         self.write_pos = 0
-        self.depth = sum(self._count_records(data[n], 0) for n in nums)
+        self.depth = sum(self._count_records(data[n], 0, tail=n == nums[-1]) for n in nums)
         self.logger.warning("DISKQUEUE(%s) rebuilt: files %d..%d, depth %d",
                             self.name, nums[0], nums[-1], self.depth)
         self._needs_sync = True
 
-    def _count_records(self, path: str, start: int) -> int:
+    def _count_records(self, path: str, start: int, tail: bool = False) -> int:
+        """Whole records from ``start`` on. ``tail``: the last file written before a crash,
+        whose last record may be torn (a kill -9 inside a write, a power loss): it is cut in
+        place after the last whole record (no ``.bad`` file: nothing after it was ever
+        acknowledged, and every record before it stays)."""
         try:
-            fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+            fd = os.open(path, (os.O_RDWR if tail else os.O_RDONLY) | _O_CLOEXEC)
         except OSError:
             return 0
         try:
-            count, _stop, _err = scan_records(fd, start, os.fstat(fd).st_size,
-                                              self.min_msg_size, self.max_msg_size)
-        except OSError:
+            end = os.fstat(fd).st_size
+            count, stop, err = scan_records(fd, start, end, self.min_msg_size, self.max_msg_size)
+            if err is not None and tail:
+                cut_torn_tail(fd, path, stop, end, self.logger, f"DISKQUEUE({self.name})")
+        except OSError as e:
+            if tail:
+                self.logger.error("DISKQUEUE(%s) cannot cut the torn tail of %s - %s",
+                                  self.name, path, e)
             return 0
         finally:
             os.close(fd)
@@ -1112,6 +1228,7 @@ class DummyQueue:
     __slots__ = ("name",)
 
     depth = 0
+    pending = 0
     idle = True
     watch = None
 
@@ -1121,7 +1238,7 @@ class DummyQueue:
     def put(self, data: bytes) -> None:
         pass
 
-    def put_many(self, datas: Sequence[bytes]) -> None:
+    def put_many(self, datas: Sequence[bytes], refused: object = None) -> None:
         pass
 
     def get(self) -> None:
@@ -1147,14 +1264,3 @@ class DummyQueue:
 
     def delete(self) -> None:
         pass
-
-
-_executor: ThreadPoolExecutor | None = None
-
-
-def _background() -> ThreadPoolExecutor:
-    """One sync thread for all queues: fsyncs are serialised by the disk anyway."""
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskqueue-sync")
-    return _executor

@@ -74,12 +74,15 @@ class Host(Protocol):
     replicator: "Replication | None"
     leases: Any  # nsqd.leases.registry.Leases with --leases, else None
     history: Any  # nsqd.history.room.History once a topic keeps history, else None
+    #: storage.commit.GroupCommit with --sync-every=1: answers wait for the flush (``busy``)
+    commit: Any
     holding_delivery: bool
     #: channels with consumers, orphaned or deferred messages: what nsqd's 100 ms scan visits
     #: (a channel adds itself when it gets such work; the scan drops it once it has none)
     busy_channels: set[Any]
 
-    def make_backend(self, name: str, ephemeral: bool) -> Any: ...
+    def make_backend(self, name: str, ephemeral: bool,
+                     on_commit: Callable[[], None] | None = None) -> Any: ...
 
     def set_health_error(self, err: BaseException) -> None: ...
 
@@ -187,9 +190,11 @@ class Replication(Protocol):
 class History(Protocol):
     """A topic's retained log (``topic.history``; ``nsqd.history``, docs/history.md). Every
     publish the topic accepts is appended before it is fanned out; an OSError refuses the
-    publish (E_*PUB_FAILED, HTTP 500) and leaves the log as it was."""
+    publish (E_*PUB_FAILED, HTTP 500) and leaves the log as it was. ``append`` returns True when
+    the block is staged for nsqd's group commit (``nsqd.commit``, ``--sync-every=1``): the
+    topic then fans the publish out once the batch returned, or refuses it with the batch."""
 
-    def append(self, msgs: list[Msg], delay_ms: int = 0) -> None: ...
+    def append(self, msgs: list[Msg], delay_ms: int = 0) -> bool: ...
 
     def stats(self) -> dict[str, int]: ...  # the topic's "history" key in /stats
 

@@ -32,6 +32,8 @@ response (``(Head, body)``; see :func:`v1_json` and friends), an awaitable of on
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import gc
 import inspect
 import itertools
@@ -356,6 +358,11 @@ class NsqdHTTP:
         stored the batch (503 when it did not in time, see :func:`_after_copy`)."""
         replicator = self.nsqd.replicator
         acked = replicator.acked() if replicator is not None else None
+        commit = self.nsqd.commit
+        if commit is not None and commit.busy:  # --sync-every=1: once the flush returned
+            answer = self.nsqd.loop.create_future()
+            commit.then(functools.partial(_flushed, answer, topic, acked, replicator))
+            return answer
         if not topic.ready:
             return _after_ready(topic.wait_ready(), acked)
         return OK_PUBLISHED if acked is None else _after_copy(acked)
@@ -627,6 +634,27 @@ _TLS_REQUIRED_HEAD = Head(403, (("Content-Type", "application/json; charset=utf-
 async def _after(pending: Any, response: Response) -> Response:
     await pending
     return response
+
+
+def _flushed(answer: "asyncio.Future[Any]", topic: "Topic", acked: Any, replicator: Any,
+             err: OSError | None) -> None:
+    """The group commit's outcome for a publish it held: 503 as for any failed put, else the
+    answer as without it (the replication wait of a fan-out the history held is joined now)."""
+    if answer.done():
+        return  # the client went away
+    if err is not None:
+        answer.set_result(v1_error(*_PUT_FAILED))
+        return
+    if acked is None and replicator is not None:
+        acked = replicator.acked()
+    if not topic.ready:
+        pending = asyncio.ensure_future(_after_ready(topic.wait_ready(), acked))
+    elif acked is not None:
+        pending = asyncio.ensure_future(_after_copy(acked))
+    else:
+        answer.set_result(OK_PUBLISHED)
+        return
+    pending.add_done_callback(lambda done: answer.done() or answer.set_result(done.result()))
 
 
 async def _after_ready(ready: Any, acked: Any) -> Response:

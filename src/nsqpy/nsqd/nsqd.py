@@ -14,8 +14,8 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Iterator
-
 
 from .. import NSQ_COMPAT_VERSION
 from ..common.daemon import Fatal
@@ -31,6 +31,7 @@ from .metadata import (
     read_metadata, take_deferred_sidecar, write_deferred_sidecar,
 )
 from .options import Options, topology_set
+from .storage.commit import GroupCommit
 from .topic import Topic
 
 if TYPE_CHECKING:
@@ -83,6 +84,12 @@ class NSQD:
         self.busy_channels: set["Channel"] = set()
         #: disk queues read or written since their last sync: the only ones the sync tick visits
         self.active_backends: set[DiskQueue] = set()
+        #: with --sync-every=1 every write that must be on disk before its answer goes through
+        #: one group commit (storage/commit.py): the disk queues', the history's
+        self.commit: GroupCommit | None = None
+        if options.sync_every <= 1:
+            self.commit = GroupCommit(self.loop, logger)
+            self.commit.on_result = self._commit_result
         #: the data directory's queue files at start, by queue name (see :meth:`make_backend`)
         self._files_at_start: dict[str, list[str]] | None = None
         # --- hooks (hooks.py): what the server installs for the features the flags ask for ---
@@ -114,14 +121,22 @@ class NSQD:
             self.logger.info("health restored")
             self.health_error = None
 
+    def _commit_result(self, err: OSError | None) -> None:
+        if err is not None:
+            self.set_health_error(err)
+        elif self.health_error is not None:
+            self.set_health_ok()
+
     @property
     def health(self) -> str:
         return "OK" if self.health_error is None else f"NOK - {self.health_error}"
 
     # --- backends ------------------------------------------------------------------------------
 
-    def make_backend(self, name: str, ephemeral: bool) -> Any:
-
+    def make_backend(self, name: str, ephemeral: bool,
+                     on_commit: Callable[[], None] | None = None) -> Any:
+        """A topic's or channel's disk queue; with ``--sync-every=1`` it writes through the
+        group commit and calls ``on_commit`` once what it staged is readable."""
         if ephemeral:
             return DummyQueue()
         opts = self.options
@@ -137,6 +152,8 @@ class NSQD:
             logger=self.logger,
             files=self._leftover_files(name),
         )
+        queue.commit = self.commit
+        queue.on_commit = on_commit
         queue.watch = self.active_backends  # it adds itself when read or written
         if not queue.idle:
             self.active_backends.add(queue)
@@ -498,9 +515,13 @@ class NSQD:
 
     async def close(self) -> None:
         """Flush every queue to disk, leave nsqlookupd, stop the scans, unlock the data path."""
+        if self.commit is not None:  # what is being flushed is answered before the files close
+            self.commit.drain()
         self.logger.info("NSQ: closing topics")
         for topic in list(self.topics.values()):
             topic.close(flush=True)
+        if self.commit is not None:
+            self.commit.close()
         self.logger.info("NSQ: stopping subsystems")
         await self.lookup.close()
         self.logger.info("QUEUESCAN: closing")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from functools import partial
 from typing import Any, Callable
 
 from ..protocol.message import encode_message
@@ -32,7 +33,7 @@ class Topic:
         # queued items are Msg tuples, or (id, body, ts, attempts, due) for deferred publishes
         self.mem: deque[tuple] = deque()
         self.mem_cap = nsqd.options.mem_queue_size
-        self.backend = nsqd.make_backend(name, self.ephemeral)
+        self.backend = nsqd.make_backend(name, self.ephemeral, self._schedule_pump)
         self.paused = False
         self.exiting = False
         # False while channels known to lookupd are being pre-created: messages wait at the topic
@@ -62,11 +63,29 @@ class Topic:
     # --- publishing ----------------------------------------------------------------------------
 
     def put_many(self, msgs: list[Msg], nbytes: int) -> None:
-        """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED)."""
+        """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED).
+        With the history's append staged for the group commit (``--sync-every=1``) the rest
+        waits for its flush: nothing of a publish the disk refuses is delivered."""
         if self.guard is not None:
             self.guard(self)  # a drain, a full bounded queue: raises PublishRefused
-        if self.history is not None:
-            self._keep(msgs, 0)
+        if self.history is not None and self._keep(msgs, 0) and not self._stages_only():
+            self.nsqd.commit.then(partial(self._kept, self._fan_out, msgs, nbytes), answer=False)
+            return
+        self._fan_out(msgs, nbytes)
+
+    def _stages_only(self) -> bool:
+        """Whether a fan-out now would only stage disk-queue writes (``--mem-queue-size=0``
+        here and in every channel, no replay, no replication): those join the history's batch,
+        readable with it or refused with it, so the fan-out need not wait for its flush."""
+        return (self.mem_cap == 0 and self.nsqd.replicator is None and all(
+            c.mem_cap == 0 and c.feeder is None and not c.ephemeral for c in self.channels.values()))
+
+    def _kept(self, fan_out: Callable[..., None], *args: Any) -> None:
+        """The group commit's outcome for a publish the history held (its last argument)."""
+        if args[-1] is None and not self.exiting:
+            fan_out(*args[:-1])
+
+    def _fan_out(self, msgs: list[Msg], nbytes: int) -> None:
         held = not (self._flowing() and not self.mem and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
@@ -83,8 +102,12 @@ class Topic:
     def put_deferred(self, msg: Msg, delay: float) -> None:
         if self.guard is not None:
             self.guard(self)
-        if self.history is not None:
-            self._keep([msg], int(delay * 1000))
+        if self.history is not None and self._keep([msg], int(delay * 1000)):
+            self.nsqd.commit.then(partial(self._kept, self._defer_out, msg, delay), answer=False)
+            return
+        self._defer_out(msg, delay)
+
+    def _defer_out(self, msg: Msg, delay: float) -> None:
         due = _monotonic() + delay
         held = not (self._flowing() and not self.mem and not self.backend.depth)
         if not held:
@@ -99,15 +122,17 @@ class Topic:
         self.message_count += 1
         self.message_bytes += len(msg[1])
 
-    def _keep(self, msgs: list[Msg], delay_ms: int) -> None:
-        """Into the history first: a publish it cannot keep is refused, not delivered."""
+    def _keep(self, msgs: list[Msg], delay_ms: int) -> bool:
+        """Into the history first: a publish it cannot keep is refused, not delivered. True
+        when the append waits for the group commit (its outcome reaches nsqd's health there)."""
         try:
-            self.history.append(msgs, delay_ms)
+            staged = self.history.append(msgs, delay_ms)
         except OSError as err:
             self.nsqd.set_health_error(err)
             raise
-        if self.nsqd.health_error is not None:
+        if not staged and self.nsqd.health_error is not None:
             self.nsqd.set_health_ok()
+        return staged
 
     def _enqueue(self, items: list[tuple]) -> None:
         mem = self.mem
@@ -143,7 +168,9 @@ class Topic:
     # --- the pump ------------------------------------------------------------------------------
 
     def _schedule_pump(self) -> None:
-        if not self._pump_scheduled and self._flowing() and self.depth:
+        # (records staged for the group commit are not readable yet: it calls this once they are)
+        if not self._pump_scheduled and self._flowing() and (
+                self.mem or self.backend.depth > self.backend.pending):
             self._pump_scheduled = True
             self.nsqd.loop.call_soon(self._pump)
 

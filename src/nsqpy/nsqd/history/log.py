@@ -29,10 +29,13 @@ import struct
 import time
 from array import array
 from itertools import accumulate, repeat
-from zlib import crc32
+
+from isal.isal_zlib import crc32  # zlib's CRC-32, computed with the CPU's carry-less multiply
 
 from ...protocol.repeated import RepeatedRecords
-from operator import itemgetter
+from ..storage.background import FilesAhead
+from ..storage.commit import GroupCommit, Write
+from ..storage.files import cut_back, cut_torn_tail, fdatasync, fsync_dir, write_all
 from concurrent.futures import Executor
 from typing import Any, Iterator
 
@@ -40,7 +43,7 @@ from typing import Any, Iterator
 BLOCK = struct.Struct(">II")  # length of the block's columns that follow, their crc32
 COUNT = struct.Struct(">II")  # the columns' head: records, DPUB delay ms
 TS = struct.Struct(">q")
-_id, _body, _ts = itemgetter(0), itemgetter(1), itemgetter(2)
+SIZE = struct.Struct(">I")
 # a block's columns cut in C (bodies: one unpacker per body size met, a bounded few)
 _TSS, _SIZES, _IDS = (RepeatedRecords("q", 256, ">"), RepeatedRecords("I", 256, ">"),
                       RepeatedRecords("16s", 256))
@@ -56,7 +59,7 @@ SPARSE_STEP = 256 << 10
 INDEX_MIN = 4 * SPARSE_STEP
 CHUNK = 1 << 20  # reads go a chunk at a time
 REPLAYS = "replays.json"  # beside the segments: replays under way at the last stop
-_fdatasync = getattr(os, "fdatasync", os.fsync)
+_fdatasync = fdatasync
 
 
 class Segment:
@@ -193,10 +196,7 @@ def scan_segment(path: str, sid: int, logger: logging.Logger) -> Segment:
             seg.add_block(pos, BLOCK.size + length, st[0], st[1], st[2], st[3], st[4])
             pos += BLOCK.size + length
         if pos < file_size:
-            logger.warning("HISTORY: %s: cutting a torn tail of %d bytes at offset %d",
-                           path, file_size - pos, pos)
-            os.ftruncate(fd, pos)
-            _fdatasync(fd)
+            cut_torn_tail(fd, path, pos, file_size, logger, "HISTORY")
         seg.size = pos
     finally:
         os.close(fd)
@@ -208,14 +208,18 @@ class Log:
 
     def __init__(self, data_path: str, topic_name: str, retention_ns: int, retention_bytes: int,
                  sync_every: int, sync_timeout: float, logger: logging.Logger,
-                 executor: Executor, ahead: Executor | None = None) -> None:
+                 executor: Executor, ahead: Executor | None = None,
+                 commit: GroupCommit | None = None) -> None:
+        """``commit``: nsqd's group commit (``--sync-every=1``): appends are staged and written
+        and flushed with the turn's batch, and the topic fans a publish out once it returned."""
         self.dir = os.path.join(data_path, topic_name + SUFFIX)
         self.topic_name = topic_name
         self.logger = logger
         self.executor = executor
-        #: where segment files are made ahead: a thread of its own, so that a roll does not find
-        #: its file still queued behind fsyncs (and then make it on the event loop)
-        self.ahead = ahead if ahead is not None else executor
+        #: segment files made ahead, on a thread of their own (``ahead``), so that a roll does not
+        #: find its file still queued behind fsyncs (and then make it on the event loop)
+        self.ahead = FilesAhead(ahead if ahead is not None else executor, logger,
+                                f"HISTORY({topic_name})")
         self.sync_every = max(1, sync_every)
         self.sync_timeout = sync_timeout
         self.retention_ns = self.retention_bytes = 0
@@ -230,9 +234,6 @@ class Log:
         #: (a roll adds no fsync of its own: the sync every N messages or --sync-timeout covers
         #: them, so a thousand topics rolling each second do not fsync a thousand times more)
         self._sealed: list[int] = []
-        #: segment files made ahead by the helper thread, by id: it adds, the loop pops (each a
-        #: single dict operation, atomic under the GIL: no lock for the loop to wait on)
-        self._made: dict[int, int] = {}
         #: the newest timestamp expiry dropped (0: nothing yet): a point at or before it asks for
         #: messages the log no longer has (BEFORE_OLDEST)
         self.dropped_ts = 0
@@ -242,6 +243,15 @@ class Log:
         self.saved: dict[str, dict[str, int]] = {}
         self._saved_text = b""
         self.closed = False
+        # the group commit's side (storage/commit.py): blocks staged for the next batch, those
+        # the batch on the writer thread holds (offset, block) and the segment they go to
+        self.commit = commit
+        self.in_commit = False
+        self._staged: list[tuple] = []
+        self._taken: list[tuple[int, tuple]] = []
+        self._taken_seg: Segment | None = None
+        self._epoch = self._taken_epoch = 0  # bumped by close/delete: a batch then is moot
+        self._bytes = 0  # what the segments hold: a running total, not a sum per append
         if not os.path.isdir(self.dir):
             os.makedirs(self.dir, exist_ok=True)
             if self.sync_every <= 1:  # the log's name is on disk before its first OK (POSIX:
@@ -281,6 +291,7 @@ class Log:
                 if i < len(ids) - 1 and seg.size >= INDEX_MIN:  # sealed: summary for next time
                     self.executor.submit(self._write_index, sid, seg.to_json())
             self.segments.append(seg)
+            self._bytes += seg.size
         if not self.segments:
             self.segments.append(Segment(1))
         elif ids[0] > 1:  # segments were dropped before the restart: older than what is left
@@ -295,30 +306,11 @@ class Log:
         (creating a file waits on the file system's journal, which a busy disk makes slow);
         the next one is made ahead now."""
         seg = self.active
-        made = self._made
-        fd = made.pop(seg.sid, None)
-        for sid in list(made):  # made for a segment that fast rolls went past
-            if sid < seg.sid:
-                os.close(made.pop(sid))
-        self.fd = fd if fd is not None else os.open(self.path(seg.sid), os.O_WRONLY | os.O_CREAT, 0o644)
-        if seg.size == 0 and self.sync_every <= 1:  # its name must be on disk before an OK
+        self.fd = self.ahead.take(seg.sid, self.path(seg.sid))
+        if seg.size == 0 and self.sync_every <= 1 and self.commit is None:
+            # its name must be on disk before an OK (the group commit's batch fsyncs it)
             self._fsync_dir()  # (with N > 1 the segment's first fdatasync carries it on ext4)
-        self.ahead.submit(self._make_ahead, seg.sid + 1)
-
-    def _make_ahead(self, sid: int) -> None:
-        if self.closed:
-            return
-        try:
-            fd = os.open(self.path(sid), os.O_WRONLY | os.O_CREAT, 0o644)
-        except OSError as err:  # (the append makes it then, or reports the error)
-            self.logger.warning("HISTORY(%s): could not make segment %d ahead - %s",
-                                self.topic_name, sid, err)
-            return
-        self._made[sid] = fd
-        if self.closed:  # closed meanwhile: whichever of close() and this pops it closes it
-            fd = self._made.pop(sid, None)
-            if fd is not None:
-                os.close(fd)
+        self.ahead.make(seg.sid + 1, self.path(seg.sid + 1))
 
     def _roll(self) -> None:
         """Seal the active segment (its summary beside it) and start the next one."""
@@ -382,24 +374,22 @@ class Log:
         self.executor.submit(sync)
 
     def _fsync_dir(self, path: str | None = None) -> None:
-        fd = os.open(path or self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(path or self.dir)
 
     # --- appending (hooks.History) -------------------------------------------------------------
 
-    def append(self, msgs: list[tuple], delay_ms: int = 0) -> None:
+    def append(self, msgs: list[tuple], delay_ms: int = 0) -> bool:
         """One block for one publish command; raises OSError (the publish is refused) and then
-        leaves the log exactly as it was. With ``--sync-every=1`` the block is on disk when
-        this returns, before the publisher's OK.
+        leaves the log exactly as it was. With ``--sync-every=1`` the block is on disk before
+        the publisher's OK: staged for the group commit (returns True: the topic fans the
+        publish out once the batch returned, or refuses it), or written and flushed now when
+        the log has no group commit (returns False, as in every other mode).
 
         The block is built by columns (timestamps, sizes, ids, bodies), each made in C by one
         ``join``/``pack`` over the messages, and handed to one ``pwritev`` as they are: no Python
         work per message, one copy of the bodies (the join, which the CRC reads)."""
         n = len(msgs)
-        tss = list(map(_ts, msgs))
+        idcol, bodies, tss, _attempts = zip(*msgs)  # the messages turned into columns, in C
         first, last = tss[0], tss[-1]
         if tss.count(first) == n:  # one publish command: one timestamp
             tcol = TS.pack(first) * n
@@ -407,15 +397,22 @@ class Log:
         else:
             tcol = struct.pack(f">{n}q", *tss)
             lo, hi = min(tss), max(tss)
-        bodies = list(map(_body, msgs))
-        scol = struct.pack(f">{n}I", *map(len, bodies))
-        ids = b"".join(map(_id, msgs))
+        sizes = list(map(len, bodies))
+        if sizes.count(sizes[0]) == n:  # an MPUB's usual case: one size
+            scol = SIZE.pack(sizes[0]) * n
+        else:
+            scol = struct.pack(f">{n}I", *sizes)
+        ids = b"".join(idcol)
         data = b"".join(bodies)
         count = COUNT.pack(n, delay_ms)
         crc = crc32(data, crc32(ids, crc32(scol, crc32(tcol, crc32(count)))))
         length = COUNT.size + 28 * n + len(data)
         iov = [BLOCK.pack(length, crc), count, tcol, scol, ids, data]
         size = BLOCK.size + length
+        if self.commit is not None:
+            self._staged.append((iov, size, n, lo, hi, first, last))
+            self.commit.stage(self)
+            return True
         seg = self.active
         if seg.size and (seg.size + size > self.segment_bytes or (
                 self.retention_ns and first - seg.first_ts > self.roll_ns)):
@@ -425,46 +422,83 @@ class Log:
             self._open_active()
         offset = seg.size
         try:
-            written = os.pwritev(self.fd, iov, offset)
-            while written < size:  # a short write: the rest, or the error that cut it
-                whole = b"".join(iov)
-                written += os.pwrite(self.fd, whole[written:], offset + written)
+            write_all(self.fd, iov, offset)
             if self.sync_every <= 1:
                 self._sync(background=False)
-        except OSError:
-            try:  # nothing of a refused publish stays behind
-                os.ftruncate(self.fd, offset)
-            except OSError:
-                pass
+        except OSError:  # nothing of a refused publish stays behind
+            cut_back(self.fd, offset, self.logger, f"HISTORY({self.topic_name})")
             raise
         seg.add_block(offset, size, n, lo, hi, first, last)
+        self._bytes += size
         if self.sync_every > 1:
             self.unsynced += len(msgs)
             if self.unsynced >= self.sync_every:
                 self._sync(background=True)
-        if self.retention_bytes and self.total_bytes() > self.retention_bytes:
+        if self.retention_bytes and self._bytes > self.retention_bytes:
+            self.expire(time.time_ns())
+        return False
+
+    # --- the group commit (storage/commit.py) ---------------------------------------------------
+
+    def prepare(self) -> list[Write]:
+        """The batch takes every staged block: one ``pwritev`` to the active segment. A roll
+        happens only between batches (the segment is whole on disk then), so a segment may pass
+        its size, or its time span, by the rest of one batch; a batch has one outcome."""
+        self._taken_epoch = self._epoch
+        staged, self._staged = self._staged, []
+        self._taken, self._taken_seg = [], None
+        if not staged or self.closed:
+            return []
+        seg = self.active
+        first = staged[0]
+        if seg.size and (seg.size + first[1] > self.segment_bytes or (
+                self.retention_ns and first[5] - seg.first_ts > self.roll_ns)):
+            self._roll()
+            seg = self.active
+        if self.fd < 0:
+            self._open_active()
+        taken = []
+        end = seg.size
+        for block in staged:
+            taken.append((end, block))
+            end += block[1]
+        self._taken, self._taken_seg = taken, seg
+        return [Write(os.dup(self.fd), seg.size, [part for block in staged for part in block[0]],
+                      self.dir if seg.size == 0 else "")]
+
+    def committed(self, error: OSError | None) -> None:
+        """The batch returned: its blocks are readable (the segment's summary has them), or
+        were cut off again and are dropped."""
+        taken, seg = self._taken, self._taken_seg
+        self._taken, self._taken_seg = [], None
+        if self._taken_epoch != self._epoch or seg is None or error is not None:
+            return
+        for offset, (_iov, size, n, lo, hi, first, last) in taken:
+            seg.add_block(offset, size, n, lo, hi, first, last)
+            self._bytes += size
+        if self.retention_bytes and self._bytes > self.retention_bytes:
             self.expire(time.time_ns())
 
     # --- expiry --------------------------------------------------------------------------------
 
     def total_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
+        return self._bytes
 
     def expire(self, now_ns: int) -> int:
         """Drop whole segments, oldest first: those entirely older than the retention time, then
         while the log holds more than the byte cap. Returns how many were dropped."""
         dropped = []
         segs = self.segments
-        while len(segs) > 1 and not segs[0].count:  # empty ones (made ahead, then a restart)
+        busy = self._taken_seg  # the group commit's batch is writing to it: kept until it returns
+        while len(segs) > 1 and not segs[0].count and segs[0] is not busy:  # (made ahead, restart)
             dropped.append(self._drop_first())
         if self.retention_ns:
             cutoff = now_ns - self.retention_ns
-            while segs and (segs[0].count or len(segs) > 1) and segs[0].max_ts < cutoff:
+            while (segs and (segs[0].count or len(segs) > 1) and segs[0].max_ts < cutoff
+                   and segs[0] is not busy):
                 dropped.append(self._drop_first())
         if self.retention_bytes:
-            total = self.total_bytes()
-            while total > self.retention_bytes and segs[0].size:
-                total -= segs[0].size
+            while self._bytes > self.retention_bytes and segs[0].size and segs[0] is not busy:
                 dropped.append(self._drop_first())
         if dropped:
             self.executor.submit(self._unlink, dropped)
@@ -472,6 +506,7 @@ class Log:
 
     def _drop_first(self) -> int:
         seg = self.segments[0]
+        self._bytes -= seg.size
         if seg.count:
             self.dropped_ts = max(self.dropped_ts, seg.max_ts)
         if len(self.segments) == 1:  # the active one goes too: writing moves to a new segment
@@ -575,10 +610,9 @@ class Log:
         if self.closed:
             return
         self.closed = True
-        for sid in list(self._made):
-            fd = self._made.pop(sid, None)
-            if fd is not None:
-                os.close(fd)
+        self._epoch += 1  # (nsqd drains the group commit before closing: nothing is staged)
+        self._staged = []
+        self.ahead.close()
         self.save_replays()
         for fd in self._sealed:
             try:
@@ -600,6 +634,7 @@ class Log:
         self.close()
         sids = [s.sid for s in self.segments]
         self.segments = [Segment(sids[-1] + 1 if sids else 1)]
+        self._bytes = 0
         self._unlink(sids)
         try:
             for name in os.listdir(self.dir):

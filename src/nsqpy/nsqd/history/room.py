@@ -46,7 +46,7 @@ class History:
             opts = self.nsqd.options
             topic.history = Log(self.nsqd.data_path, topic.name, retention_ns, retention_bytes,
                                 opts.sync_every, opts.sync_timeout, self.nsqd.logger, self.executor,
-                                self.ahead)
+                                self.ahead, self.nsqd.commit)
         else:
             log.configure(retention_ns, retention_bytes)
             log.expire(time.time_ns())

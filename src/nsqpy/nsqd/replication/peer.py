@@ -12,6 +12,7 @@ under ``replicas``. What happens when an origin stays away is in :mod:`.failover
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -221,13 +222,29 @@ class ReplicaSession(asyncio.Protocol):
                 top = batch.seq
         if store.orphans:
             self._deliver_orphans(origin)
-        if top >= 0:
-            try:
-                store.sync()  # one fsync (with --sync-every=1) for every batch of this read
-            except OSError as err:
-                self.host.logger.error("REPLICA(%s): cannot sync - %s", origin.address, err)
-                self._fail(f"E_REPLICA_FAILED {err}")
-                return
+        if top < 0:
+            return
+        commit = self.host.nsqd.commit
+        if commit is not None and store.fsync:
+            # group commit: the fsync of every batch of this read (and of whatever other links
+            # and publishers wrote in this turn) on the writer thread; reading goes on meanwhile
+            commit.stage(store)
+            commit.then(partial(self._acked, origin, top))
+            return
+        try:
+            store.sync()  # one fsync for every batch of this read
+        except OSError as err:
+            self._acked(origin, top, err)
+            return
+        self._acked(origin, top, None)
+
+    def _acked(self, origin: Origin, top: int, err: OSError | None) -> None:
+        """``OK <top>`` once the batches up to ``top`` are stored (and fsynced with
+        ``--sync-every=1``); a failed sync fails the link, nothing is acked."""
+        if err is not None:
+            self.host.logger.error("REPLICA(%s): cannot sync - %s", origin.address, err)
+            self._fail(f"E_REPLICA_FAILED {err}")
+        elif self.transport is not None:
             self.transport.write(encode_response(encode_ack(top)))
 
     def _deliver_orphans(self, origin: Origin) -> None:

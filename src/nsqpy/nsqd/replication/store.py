@@ -28,6 +28,8 @@ import struct
 import zlib
 from typing import Iterator
 
+from ..storage.commit import Write
+
 from ...protocol.replication import (
     CHAN_ADD, OWED_HELD, RESHIP_BEGIN, Attempts, ChanEvent, Fin, Marker, Msg, Pumped, Record,
     ReplicationError, Sync, TopicDel, decode_records, enc_msg, enc_msg_owed, enc_sync,
@@ -58,6 +60,7 @@ class ReplicaStore:
         self.segments: list[int] = []
         self._fd = -1
         self._unsynced = False
+        self.in_commit = False  # (nsqd's group commit, storage/commit.py: see prepare)
         # ids re-shipped since RESHIP_BEGIN; at RESHIP_END the live ids not among them are what
         # the origin lost (a crash-restart): ``orphans`` hands them to the host for delivery
         self._reshipped: set[bytes] | None = None
@@ -316,6 +319,17 @@ class ReplicaStore:
         if self._unsynced:
             self._unsynced = False
             os.fsync(self._fd)
+
+    def prepare(self) -> list[Write]:
+        """The group commit's flush of what ``append(..., defer_sync=True)`` wrote: the entries
+        are in the file already (the index applied them), the writer thread only fsyncs it."""
+        if not self._unsynced or self._fd < 0:
+            return []
+        self._unsynced = False
+        return [Write(os.dup(self._fd), self._seg_size[self.current], ())]
+
+    def committed(self, error: OSError | None) -> None:
+        """(the link answers from the commit's step: an error fails it, as a failed sync does)"""
 
     # --- reading -------------------------------------------------------------------------------
 

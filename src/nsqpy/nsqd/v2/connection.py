@@ -17,6 +17,9 @@ The few moments where a connection must *not* run its next command at once go th
   auth server is asked (AUTH, or the re-query of an expired answer before a PUB/SUB): parsed
   commands wait in ``_held`` and later bytes in ``_held_raw``, in order, and reading is paused;
   one Task per handshake or query, none per command;
+* while publishes' answers wait for the group commit's flush (``--sync-every=1``): further
+  publishes run and join the next batch, any other command waits until those answers are
+  given, so every answer keeps its place;
 * while a subscribed connection's writes are backed up: reading goes on (FIN/REQ must still
   flow) until the transport buffer passes ``READ_PAUSE_BYTES``, so a consumer that floods
   commands without reading the answers cannot grow our memory (other connections stop being
@@ -30,7 +33,9 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from ...protocol.commands import BAD_PROTOCOL_PAYLOAD, MAGIC_V2, CommandParser, LineTooLong
+from ...protocol.commands import (
+    BAD_PROTOCOL_PAYLOAD, MAGIC_V2, MPUB_HEAD, CommandParser, LineTooLong,
+)
 from ...protocol.errors import ClientError, FatalError, ProtocolError
 from ...protocol.frames import OK_FRAME, encode_error
 from .client import STATE_SUBSCRIBED, ClientV2
@@ -51,6 +56,8 @@ _G_MAGIC = 1     # the 4-byte protocol magic has not arrived yet
 _G_HOLD = 2      # waiting for a TLS handshake or an auth answer (or draining after IDENTIFY)
 _G_THROTTLE = 3  # subscribed, writes backed up: check the buffer before reading more
 _monotonic = time.monotonic
+#: what may run while publishes' answers wait for the group commit: they answer in order anyway
+_JOIN_THE_COMMIT = frozenset((b"PUB", b"MPUB", MPUB_HEAD, b"DPUB", b"NOP"))
 
 
 class V2Connection(StreamStack, Liveness, asyncio.Protocol):
@@ -63,6 +70,7 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
         client.close_connection = self.close_connection
         self.out = client.out  # the outbox the protocol and the channels append frames to
         self.protocol = ProtocolV2(nsqd, client)
+        self.protocol.on_settled = self._owed_settled
         self.parser = CommandParser(nsqd.limits)
         self.parser.stop_after_identify = True  # the stream may change under the next bytes
         self.parser.stop_after_sub = True  # and what the next commands may be
@@ -86,6 +94,8 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
         self._lost = False
         self._closed = False
         self._flush_pending = False
+        self._owed_hold = False  # commands held until the group commit's answers are given
+        self._owed_fatal: FatalError | None = None  # a publish's error, sent after those
         self._init_stream()
         self._last_read = _monotonic()
         self._heartbeat_handle: asyncio.TimerHandle | None = None
@@ -211,6 +221,10 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
         for item in items:
             if self._closed:
                 return
+            if protocol.owed and (isinstance(item, FatalError) or item[0] not in _JOIN_THE_COMMIT):
+                self._hold(items, item, True)
+                self._owed_hold = True
+                break
             if isinstance(item, FatalError):
                 if isinstance(item, LineTooLong):
                     self.end_error = "failed to read command - bufio: buffer full"  # upstream's
@@ -232,6 +246,11 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
                 self.out.append(encode_error(err.payload))
                 continue
             except FatalError as err:
+                if protocol.owed:  # after the answers the group commit still owes
+                    self._owed_fatal = err
+                    self._hold(items, item, False)
+                    self._owed_hold = True
+                    break
                 self._fatal(err)
                 return
             except NeedAuth as need:
@@ -268,11 +287,35 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
 
     # --- the gate: holding commands back while the connection waits ----------------------------
 
+    def _owed_settled(self, fatal: FatalError | None) -> None:
+        """An answer the group commit owed was given (or, ``fatal``, its publish refused)."""
+        if self._closed:
+            return
+        if fatal is not None:
+            self._fatal(fatal)
+            return
+        if self.protocol.owed or not self._owed_hold:
+            return
+        self._owed_hold = False
+        fatal, self._owed_fatal = self._owed_fatal, None
+        if fatal is not None:
+            self._fatal(fatal)
+        else:
+            self._release()
+
     async def _topic_ready(self, need: NeedTopic) -> None:
         """The owed answer of a publish that created its topic (:class:`NeedTopic`), then the
         commands held after it."""
         await need.topic.wait_ready()
-        copied = True if need.acked is None else await need.acked
+        acked = need.acked
+        if need.settled is not None:  # the group commit's flush, then the replication wait
+            err, acked = await need.settled
+            if err is not None:
+                self._task = None
+                if not self._closed:
+                    self._fatal(FatalError(need.failed[0], f"{need.failed[1]} failed {err}"))
+                return
+        copied = True if acked is None else await acked
         self._task = None
         if self._closed:
             return

@@ -17,6 +17,7 @@ upstream checks the state before reading a body.
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import repeat
 from time import time_ns as _time_ns
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
@@ -87,13 +88,18 @@ class NeedTopic(Exception):
     messages are queued, the answer is owed. The connection answers once ``topic.wait_ready()``
     is done (and ``acked``, sync replication's future, says whether the peer has the copy:
     ``no_copy`` is the error frame otherwise) and holds the commands after it until then, as
-    upstream's publish blocks in ``GetTopic`` on that query."""
+    upstream's publish blocks in ``GetTopic`` on that query. With the group commit busy,
+    ``settled`` is a future of ``(error, acked)``: the flush's outcome (``failed`` names the
+    command for its error) and the replication wait joined once the flush returned."""
 
-    def __init__(self, topic: Any, acked: Any, no_copy: bytes) -> None:
+    def __init__(self, topic: Any, acked: Any, no_copy: bytes, settled: Any = None,
+                 failed: tuple[str, str] = ("", "")) -> None:
         super().__init__()
         self.topic = topic
         self.acked = acked
         self.no_copy = no_copy
+        self.settled = settled
+        self.failed = failed
 
 
 Handler = Callable[["ProtocolV2", list, Any], Optional[Upgrade]]
@@ -102,12 +108,19 @@ Handler = Callable[["ProtocolV2", list, Any], Optional[Upgrade]]
 class ProtocolV2:
     """The V2 conversation of one client (see the module docstring)."""
 
-    __slots__ = ("nsqd", "client", "commands", "acked", "_auth_recheck", "_tls_pending")
+    __slots__ = ("nsqd", "client", "commands", "acked", "_auth_recheck", "_tls_pending", "owed",
+                 "on_settled")
 
     def __init__(self, nsqd: "NSQD", client: ClientV2) -> None:
         self.nsqd = nsqd
         self.client = client
         self.acked = False  # a FIN/REQ/RDY made room under RDY: the channel should dispatch
+        #: publishes whose answer waits for the group commit's flush (``--sync-every=1``); the
+        #: connection runs no other command until they are answered, so answers keep their order
+        self.owed = 0
+        #: the connection's callback once an owed answer is given: None, or the fatal error that
+        #: refused the publish (the connection sends it and closes, as for an immediate failure)
+        self.on_settled: Callable[[FatalError | None], None] | None = None
         self._auth_recheck = False  # the command being retried follows a fresh re-query
         self._tls_pending = nsqd.options.tls_required != "false"  # (v2/tls.py: TLS_REQUIRED_FALSE)
         # the current state's row of the table: command name -> (handler, next state)
@@ -378,11 +391,27 @@ class ProtocolV2:
             self._check_auth("RSUB", REPLICATION_AUTH_NAME, REPLICATION_AUTH_NAME)
         return Handover(params)
 
-    def _ok(self, topic: Any, no_copy: bytes) -> None:
-        """A publish's OK: now, once the topic is ready (:class:`NeedTopic`), or once the
-        replication peer stored it (``--replication-ack=sync``); ``no_copy``, the command's error
-        frame, when the peer stored nothing within ``--replication-sync-timeout`` and
-        ``--replication-degraded=fail`` (docs/replication.md §6)."""
+    def _ok(self, topic: Any, no_copy: bytes, failed: tuple[str, str]) -> None:
+        """A publish's OK: now, once the topic is ready (:class:`NeedTopic`), once the group
+        commit flushed what it wrote (``--sync-every=1``: :meth:`_settle`; ``failed`` is the
+        command's error code and name if the flush fails), or once the replication peer stored
+        it (``--replication-ack=sync``); ``no_copy``, the command's error frame, when the peer
+        stored nothing within ``--replication-sync-timeout`` and ``--replication-degraded=fail``
+        (docs/replication.md §6)."""
+        commit = self.nsqd.commit
+        if commit is None or not commit.busy:
+            self._answer(topic, no_copy)
+        elif not topic.ready:
+            settled = self.nsqd.loop.create_future()
+            commit.then(partial(_join_copy, settled, self.nsqd.replicator))
+            raise NeedTopic(topic, None, no_copy, settled, failed)
+        else:
+            replicator = self.nsqd.replicator
+            self.owed += 1  # (the replication wait of a fan-out made now is joined now)
+            commit.then(partial(self._settle, no_copy, failed,
+                                replicator.acked() if replicator is not None else None))
+
+    def _answer(self, topic: Any, no_copy: bytes) -> None:
         replicator = self.nsqd.replicator
         if not topic.ready:
             # the replication wait is joined now: it belongs to this turn's batch
@@ -391,6 +420,36 @@ class ProtocolV2:
             self.client.out.append(OK_FRAME)
         else:
             replicator.respond(self.client, OK_FRAME, no_copy)
+
+    def _settle(self, no_copy: bytes, failed: tuple[str, str], acked: Any,
+                err: OSError | None) -> None:
+        """The group commit's outcome for a publish it held (see :meth:`_ok`); with sync
+        replication the OK also waits for the peer's copy: the one shipped when the publish was
+        made, or (a fan-out the history held until this flush) the one shipped just now."""
+        if err is not None:
+            self._settled(FatalError(failed[0], f"{failed[1]} failed {err}"))
+            return
+        replicator = self.nsqd.replicator
+        if acked is None and replicator is not None:
+            acked = replicator.acked()
+        if acked is None:
+            self._copied(no_copy, None)
+        else:
+            acked.add_done_callback(partial(self._copied, no_copy))
+
+    def _copied(self, no_copy: bytes, acked: Any) -> None:
+        if acked is not None and acked.result() is False:  # strict sync replication, no copy
+            self.client.out.append(no_copy)
+            self.client.close_connection()
+        else:
+            self.client.out.append(OK_FRAME)
+            self.client.schedule_flush()
+        self._settled(None)
+
+    def _settled(self, fatal: FatalError | None) -> None:
+        self.owed -= 1
+        if self.on_settled is not None:
+            self.on_settled(fatal)
 
     # --- publishing (topic names and sizes were checked by the parser) --------------------------
 
@@ -405,7 +464,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_PUB_FAILED, f"PUB failed {err}") from None
         self.client.published(topic_name, 1)
-        self._ok(topic, _PUB_NO_COPY)
+        self._ok(topic, _PUB_NO_COPY, _PUB_FAILED)
 
     def mpub_head(self, params: list[bytes], body: None) -> None:
         """MPUB's line, before its body size is read (``CommandParser.mpub_head``): upstream
@@ -433,7 +492,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self.client.published(topic_name, len(bodies))
-        self._ok(topic, _MPUB_NO_COPY)
+        self._ok(topic, _MPUB_NO_COPY, _MPUB_FAILED)
 
     def dpub(self, params: list[bytes], body: bytes) -> None:
         topic_name = params[1].decode("ascii")
@@ -447,7 +506,7 @@ class ProtocolV2:
         except OSError as err:
             raise FatalError(E_DPUB_FAILED, f"DPUB failed {err}") from None
         self.client.published(topic_name, 1)
-        self._ok(topic, _DPUB_NO_COPY)
+        self._ok(topic, _DPUB_NO_COPY, _DPUB_FAILED)
 
 
 # sync replication without a second copy in time (nsqpy, opt-in): the publish is not acknowledged
@@ -455,6 +514,16 @@ _NO_COPY = b"failed no replica stored within --replication-sync-timeout"
 _PUB_NO_COPY = encode_error(E_PUB_FAILED.encode() + b" PUB " + _NO_COPY)
 _MPUB_NO_COPY = encode_error(E_MPUB_FAILED.encode() + b" MPUB " + _NO_COPY)
 _DPUB_NO_COPY = encode_error(E_DPUB_FAILED.encode() + b" DPUB " + _NO_COPY)
+# a publish the group commit's flush refused: the error it would have raised at once
+_PUB_FAILED, _MPUB_FAILED, _DPUB_FAILED = (E_PUB_FAILED, "PUB"), (E_MPUB_FAILED, "MPUB"), (E_DPUB_FAILED, "DPUB")
+
+
+def _join_copy(settled: Any, replicator: Any, err: OSError | None) -> None:
+    """A NeedTopic publish's flush returned: its outcome, and (the fan-out it held has run
+    now) the replication wait joined in the same turn as the fan-out's records."""
+    if not settled.done():
+        settled.set_result((err, replicator.acked() if replicator is not None and err is None
+                            else None))
 
 
 # --- the V2 state table: state -> {command: (handler, next state or None)} ---------------------
