@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from typing import Any, Callable
 
 from ..protocol.message import encode_message
@@ -18,6 +17,7 @@ from ..protocol.names import is_ephemeral
 from ..common.quantile import merged_result
 from .channel import Channel
 from .hooks import Host, Msg
+from .memqueue import MessageQueue
 
 PUMP_BATCH = 1000
 _monotonic = time.monotonic
@@ -30,7 +30,7 @@ class Topic:
         self.ephemeral = is_ephemeral(name)
         self.channels: dict[str, Channel] = {}
         # queued items are Msg tuples, or (id, body, ts, attempts, due) for deferred publishes
-        self.mem: deque[tuple] = deque()
+        self.mem = MessageQueue()
         self.mem_cap = nsqd.options.mem_queue_size
         self.backend = nsqd.make_backend(name, self.ephemeral)
         self.paused = False
@@ -152,13 +152,7 @@ class Topic:
         self._pump_scheduled = False
         if self.exiting or not self._flowing():
             return
-        mem = self.mem
-        if len(mem) <= PUMP_BATCH:
-            batch: list[tuple] = list(mem)
-            mem.clear()
-        else:
-            popleft = mem.popleft
-            batch = [popleft() for _ in range(PUMP_BATCH)]
+        batch = self.mem.take(PUMP_BATCH)
         if len(batch) < PUMP_BATCH and self.backend.depth:
             restored = self.due_after_restart
             got = self.backend.get_messages(PUMP_BATCH - len(batch))
