@@ -294,6 +294,23 @@ def pub_latency_1m(bin_dir: Path, workdir: Path, queued: int = 1_000_000,
         d.stop()
 
 
+def alternate(name: str, scenario: Callable[[Path, Path], dict[str, float]],
+              sides: list[tuple[str, Path]], rounds: int,
+              workdir: Path) -> dict[str, dict[str, list[float]]]:
+    """Run ``scenario`` ``rounds`` times per side, the sides alternating, each result printed;
+    returns every figure per side (``{side: {key: [value per round]}}``)."""
+    figures: dict[str, dict[str, list[float]]] = {s: {} for s, _ in sides}
+    for r in range(rounds):
+        order = sides if r % 2 == 0 else sides[::-1]
+        for side, bin_dir in order:
+            result = scenario(bin_dir, workdir)
+            for key, value in result.items():
+                figures[side].setdefault(key, []).append(value)
+            print(f"  {name} round {r + 1} {side}: "
+                  + " ".join(f"{k}={v:,.2f}" for k, v in result.items()), flush=True)
+    return figures
+
+
 SCENARIOS: dict[str, Callable[[Path, Path], dict[str, float]]] = {
     "stats_conns": stats_conns,
     "stats_topics": stats_topics,
@@ -320,15 +337,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="scale_bench") as tmp:
         workdir = Path(tmp)
         for name in names:
-            figures: dict[str, dict[str, list[float]]] = {s: {} for s, _ in sides}
-            for r in range(args.rounds):
-                order = sides if r % 2 == 0 else sides[::-1]
-                for side, bin_dir in order:
-                    result = SCENARIOS[name](bin_dir, workdir)
-                    for key, value in result.items():
-                        figures[side].setdefault(key, []).append(value)
-                    print(f"  {name} round {r + 1} {side}: "
-                          + " ".join(f"{k}={v:.2f}" for k, v in result.items()), flush=True)
+            figures = alternate(name, SCENARIOS[name], sides, args.rounds, workdir)
             for key in figures["nsqpy"]:
                 ours = statistics.median(figures["nsqpy"][key])
                 line = f"{name:<15} {key:<9} nsqpy {ours:10.2f}"
