@@ -231,7 +231,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.instructions:
         for row in args.rows.split(","):
-            print(f"{row:<13} {instructions(row, args.count or COUNTS[row] // 20):12,.0f} "
+            print(f"{row:<13} {instructions(row, args.count or max(2, COUNTS[row] // 20)):12,.0f} "
                   "instructions/request", flush=True)
         return
     tune_gc()
