@@ -163,3 +163,20 @@ def test_memory_stats_keys_and_gc_pauses():
     gc.callbacks.remove(s._gc_callback)
     assert s._percentile(99.0, []) == 0
     assert s._percentile(50.0, [1, 2, 3, 4]) == 3  # floor(0.5 * 4 + 0.5) = 2
+
+
+def test_startup_collection_is_not_a_reported_pause():
+    """nsqd's one full collection at start-up (before ``gc.freeze()``) is not among the
+    pauses /stats reports; the collections after it are."""
+    from nsqpy.nsqd.main import release_startup_memory
+
+    s.install_gc_pause_tracker()
+    try:
+        s._GC_PAUSES.clear()
+        release_startup_memory()
+        assert not s._GC_PAUSES and gc.callbacks.count(s._gc_callback) == 1
+        gc.collect()
+        assert len(s._GC_PAUSES) == 1
+    finally:
+        gc.unfreeze()  # (this test process goes on collecting what start-up froze)
+        gc.callbacks.remove(s._gc_callback)
