@@ -25,7 +25,6 @@ from ... import NSQ_COMPAT_VERSION
 from ...common.flags import format_duration
 from ...protocol.gojson import RawJSON
 from ...protocol.gojson import dumps as go_json
-from ..hooks import Upstream
 from ..options import topology_set
 
 if TYPE_CHECKING:
@@ -168,10 +167,10 @@ class _Snapshot:
         #: each client's entry, built once per snapshot (a client that publishes and
         #: consumes is listed under its channel and among the producers)
         self.built: dict[int, Any] = {}
-        #: whether the document may hold a float (latency percentiles, the features'
-        #: figures); without one its JSON needs no float rewriting (``go_json(floats=)``)
-        self.floats = (type(self.lifecycle) is not Upstream or self.leases is not None
-                       or getattr(nsqd, "replicator", None) is not None
+        #: whether the document may hold a float: latency percentiles, a topic's history,
+        #: replication's figures (the lifecycle's and leases' additions are counts); without
+        #: one its JSON needs no check of Go's float spelling (``go_json(floats=)``)
+        self.floats = (getattr(nsqd, "replicator", None) is not None
                        or getattr(nsqd, "replicas", None) is not None)
 
     def client(self, client: "ClientV2") -> Any:
