@@ -80,7 +80,7 @@ class Channel:
         """Queued messages: memory and disk, and what a replay of the topic's history still
         has to deliver (so /stats, /metrics and readers that wait for depth see a channel
         created from the past as full, not empty)."""
-        depth = len(self.mem) + self.backend.depth
+        depth = self.mem.length + self.backend.depth
         if self.feeder is not None:
             depth += self.feeder.remaining()
         return depth
@@ -118,7 +118,7 @@ class Channel:
     def _enqueue(self, msgs: list[Msg]) -> None:
         mem = self.mem
         backend = self.backend
-        space = self.mem_cap - len(mem)
+        space = self.mem_cap - mem.length
         if backend.depth == 0 and space >= len(msgs):
             mem.extend(msgs)
             return
@@ -176,7 +176,7 @@ class Channel:
         n = len(clients)
         if not n or self.paused or self.exiting or self.nsqd.holding_delivery:
             return
-        if not self.mem and not self.backend.depth and self.feeder is None:
+        if not self.mem.length and not self.backend.depth and self.feeder is None:
             return
         start = self._rr % n
         self._rr = start + 1

@@ -31,22 +31,26 @@ _is_tracked = gc.is_tracked
 
 
 class MessageQueue:
-    """FIFO of message tuples: ``extend`` at the back, ``take(n)`` from the front."""
+    """FIFO of message tuples: ``extend`` at the back, ``take(n)`` from the front.
 
-    __slots__ = ("_head", "_pos", "_chunks", "_tail", "_len")
+    ``length`` is ``len()`` as a plain attribute: the publish and delivery paths read it once
+    or twice per command, where a Python-level ``__len__``/``__bool__`` call costs more than
+    the rest of the test."""
+
+    __slots__ = ("_head", "_pos", "_chunks", "_tail", "length")
 
     def __init__(self) -> None:
         self._head: Sequence[tuple] = ()  # the oldest chunk being read, from _pos on
         self._pos = 0
         self._chunks: deque[tuple] = deque()  # sealed chunks after the head, oldest first
         self._tail: list[tuple] = []  # the newest messages, until they are sealed
-        self._len = 0
+        self.length = 0
 
     def __len__(self) -> int:
-        return self._len
+        return self.length
 
     def __bool__(self) -> bool:
-        return self._len > 0
+        return self.length > 0
 
     def __iter__(self) -> Iterator[tuple]:
         """Every queued message, oldest first (for a flush at shutdown, peek, replication)."""
@@ -58,15 +62,12 @@ class MessageQueue:
         yield from self._tail
 
     def extend(self, msgs: Sequence[tuple]) -> None:
-        n = len(msgs)
-        if not n:
-            return
-        self._len += n
         tail = self._tail
         if len(tail) >= CHUNK and not _is_tracked(tail[-1]):  # (what was there before these)
             self._chunks.append(tuple(tail))
             self._tail = tail = []
         tail += msgs
+        self.length += len(msgs)
 
     def take(self, n: int) -> list[tuple]:
         """Up to ``n`` messages from the front, oldest first."""
@@ -75,7 +76,7 @@ class MessageQueue:
         if left >= n:  # the common case: one slice of the head chunk
             out = list(head[pos:pos + n])
             self._pos = pos + n
-            self._len -= len(out)
+            self.length -= len(out)
             return out
         out = list(head[pos:])
         chunks = self._chunks
@@ -96,11 +97,11 @@ class MessageQueue:
             if len(out) == n:
                 self._head, self._pos = (), 0
                 break
-        self._len -= len(out)
+        self.length -= len(out)
         return out
 
     def clear(self) -> None:
         self._head, self._pos = (), 0
         self._chunks.clear()
         self._tail = []
-        self._len = 0
+        self.length = 0

@@ -54,7 +54,7 @@ class Topic:
 
     @property
     def depth(self) -> int:
-        return len(self.mem) + self.backend.depth
+        return self.mem.length + self.backend.depth
 
     def _flowing(self) -> bool:
         return self.ready and bool(self.channels) and not self.paused
@@ -67,7 +67,7 @@ class Topic:
             self.guard(self)  # a drain, a full bounded queue: raises PublishRefused
         if self.history is not None:
             self._keep(msgs, 0)
-        held = not (self._flowing() and not self.mem and not self.backend.depth)
+        held = not (self._flowing() and not self.mem.length and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
                 # a channel replaying the history gets from it what the history kept
@@ -86,7 +86,7 @@ class Topic:
         if self.history is not None:
             self._keep([msg], int(delay * 1000))
         due = _monotonic() + delay
-        held = not (self._flowing() and not self.mem and not self.backend.depth)
+        held = not (self._flowing() and not self.mem.length and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
                 if channel.feeder is None or channel.feeder.admit([msg]):
@@ -111,7 +111,7 @@ class Topic:
 
     def _enqueue(self, items: list[tuple]) -> None:
         mem = self.mem
-        space = self.mem_cap - len(mem)
+        space = self.mem_cap - mem.length
         if self.backend.depth == 0 and space >= len(items):
             mem.extend(items)
             return
