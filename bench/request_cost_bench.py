@@ -15,6 +15,7 @@ pub         ``POST /pub?topic=h``, 200-byte body
 mpub        ``POST /mpub?topic=h``, 100 x 200 B text body
 tcp_mpub1   V2 ``MPUB h`` with one 200-byte message (upstream's ``bench_writer --batch-size=1``)
 tcp_pub     V2 ``PUB h``, 200-byte body
+tcp_pubsub  V2 ``MPUB h`` of 200 x 200 B delivered to a consumer (RDY 2500) that FINs them
 stats       ``GET /stats?format=json`` with 2,000 V2 consumers subscribed to one channel
 stats_topics  ``GET /stats?format=json`` with 5,000 topics x 2 channels
 ==========  ==============================================================================
@@ -154,6 +155,29 @@ async def feed(conn: Any, request: bytes, count: int) -> None:
         await _turn()
 
 
+class PubSub:
+    """One publisher and one consumer (RDY 2500) of topic ``h``: each request is the
+    consumer's FINs for what the last one delivered, then the publisher's MPUB (delivered in
+    the loop turn after it): bench_writer and bench_reader at once, in our code alone."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.publisher, self.transport = rig.v2()
+        rig.subscribe(1, "h", "c")
+        self.consumer = rig.consumers[-1]
+        self.consumer.data_received(b"RDY 2500\n")
+
+    def data_received(self, request: bytes) -> None:
+        in_flight = self.consumer.client.in_flight
+        if in_flight:
+            self.consumer.data_received(b"".join([b"FIN %s\n" % mid for mid in in_flight]))
+        self.publisher.data_received(request)
+
+
+def _pubsub(rig: Rig) -> tuple[Any, CountingTransport, bytes]:
+    both = PubSub(rig)
+    return both, both.transport, v2_mpub(b"h", [BODY] * 200)
+
+
 ROWS: dict[str, Callable[[Rig], tuple[Any, CountingTransport, bytes]]] = {
     "ping": lambda rig: (*rig.http(), http_request("GET", "/ping")),
     "pub": lambda rig: (*rig.http(), http_request("POST", "/pub?topic=h", BODY)),
@@ -161,6 +185,7 @@ ROWS: dict[str, Callable[[Rig], tuple[Any, CountingTransport, bytes]]] = {
                          http_request("POST", "/mpub?topic=h", b"\n".join([BODY] * 100))),
     "tcp_mpub1": lambda rig: (*rig.v2(), v2_mpub(b"h", [BODY])),
     "tcp_pub": lambda rig: (*rig.v2(), b"PUB h\n" + struct.pack(">i", len(BODY)) + BODY),
+    "tcp_pubsub": _pubsub,
     "stats": lambda rig: (rig.subscribe(2000), *rig.http(),
                           http_request("GET", "/stats?format=json"))[1:],
     "stats_topics": lambda rig: (_topics(rig, 5000, 2), *rig.http(),
@@ -168,7 +193,7 @@ ROWS: dict[str, Callable[[Rig], tuple[Any, CountingTransport, bytes]]] = {
 }
 #: requests per round (``--callgrind``: per run)
 COUNTS = {"ping": 20000, "pub": 20000, "mpub": 2000, "tcp_mpub1": 20000, "tcp_pub": 20000,
-          "stats": 20, "stats_topics": 10}
+          "tcp_pubsub": 2000, "stats": 20, "stats_topics": 10}
 
 
 def _topics(rig: Rig, topics: int, channels: int) -> None:
