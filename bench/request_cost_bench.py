@@ -16,6 +16,7 @@ mpub        ``POST /mpub?topic=h``, 100 x 200 B text body
 tcp_mpub1   V2 ``MPUB h`` with one 200-byte message (upstream's ``bench_writer --batch-size=1``)
 tcp_pub     V2 ``PUB h``, 200-byte body
 tcp_pubsub  V2 ``MPUB h`` of 200 x 200 B delivered to a consumer (RDY 2500) that FINs them
+tcp_drain   that consumer alone on a backlog of 500k queued messages: 2,500 FINs, 2,500 sent
 stats       ``GET /stats?format=json`` with 2,000 V2 consumers subscribed to one channel
 stats_topics  ``GET /stats?format=json`` with 5,000 topics x 2 channels
 ==========  ==============================================================================
@@ -173,6 +174,30 @@ class PubSub:
         self.publisher.data_received(request)
 
 
+class Drain(PubSub):
+    """The consumer of :class:`PubSub` alone, on a backlog of 500k messages queued in its
+    channel beforehand: each request is its FINs for the 2,500 it got, which makes room for the
+    next 2,500 (bench_reader on a backlog)."""
+
+    def __init__(self, rig: Rig) -> None:
+        super().__init__(rig)
+        fill = v2_mpub(b"h", [BODY] * 200)
+        self.consumer.data_received(b"RDY 0\n")
+        for _ in range(2_500):
+            self.publisher.data_received(fill)
+        self.consumer.data_received(b"RDY 2500\n")
+        self.transport = self.consumer.transport
+
+    def data_received(self, request: bytes) -> None:
+        in_flight = self.consumer.client.in_flight
+        self.consumer.data_received(b"".join([b"FIN %s\n" % mid for mid in in_flight]))
+
+
+def _drain(rig: Rig) -> tuple[Any, CountingTransport, bytes]:
+    drain = Drain(rig)
+    return drain, drain.transport, b""
+
+
 def _pubsub(rig: Rig) -> tuple[Any, CountingTransport, bytes]:
     both = PubSub(rig)
     return both, both.transport, v2_mpub(b"h", [BODY] * 200)
@@ -186,6 +211,7 @@ ROWS: dict[str, Callable[[Rig], tuple[Any, CountingTransport, bytes]]] = {
     "tcp_mpub1": lambda rig: (*rig.v2(), v2_mpub(b"h", [BODY])),
     "tcp_pub": lambda rig: (*rig.v2(), b"PUB h\n" + struct.pack(">i", len(BODY)) + BODY),
     "tcp_pubsub": _pubsub,
+    "tcp_drain": _drain,
     "stats": lambda rig: (rig.subscribe(2000), *rig.http(),
                           http_request("GET", "/stats?format=json"))[1:],
     "stats_topics": lambda rig: (_topics(rig, 5000, 2), *rig.http(),
@@ -193,7 +219,7 @@ ROWS: dict[str, Callable[[Rig], tuple[Any, CountingTransport, bytes]]] = {
 }
 #: requests per round (``--callgrind``: per run)
 COUNTS = {"ping": 20000, "pub": 20000, "mpub": 2000, "tcp_mpub1": 20000, "tcp_pub": 20000,
-          "tcp_pubsub": 2000, "stats": 20, "stats_topics": 10}
+          "tcp_pubsub": 2000, "tcp_drain": 30, "stats": 20, "stats_topics": 10}
 
 
 def _topics(rig: Rig, topics: int, channels: int) -> None:
