@@ -236,8 +236,10 @@ def measure(row: str, rounds: int, count: int) -> list[float]:
         rig = Rig(data)
         try:
             conn, transport, request = ROWS[row](rig)
+            # warm (the same number of requests whatever --count says, so that two runs
+            # differ by their measured requests only)
+            loop.run_until_complete(feed(conn, request, min(COUNTS[row], 200)))
             count = count or COUNTS[row]
-            loop.run_until_complete(feed(conn, request, min(count, 200)))  # warm
             gc.collect()
             gc.freeze()
             results = []
