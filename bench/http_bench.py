@@ -192,7 +192,8 @@ def run_wrk(row: Row, port: int, duration: float, workdir: Path,
     for pct in ("50", "99"):
         m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
         lat[pct] = float(m.group(1)) * _UNITS[m.group(2)] if m else float("nan")
-    return {"rps": rps, "p50": lat["50"], "p99": lat["99"], "cpu_us": cpu / total * 1e6}
+    return {"rps": rps, "p50": lat["50"], "p99": lat["99"],
+            "cpu_us": cpu / total * 1e6 if total else float("nan")}
 
 
 def measure(side: str, bin_dir: Path | None, rows: list[Row], duration: float,

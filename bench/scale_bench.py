@@ -146,18 +146,22 @@ def _go_ms(text: str) -> float:
 def time_stats(d: Daemon, rounds: int = 7) -> dict[str, float]:
     """The median time of ``GET /stats?format=json`` in ms, as the client sees it and as the
     daemon's request log says its handler took (the second leaves out the time a request
-    waits for the daemon, e.g. behind our scans)."""
+    waits for the daemon, e.g. behind our scans), and the daemon's CPU time per request."""
     d.get("/stats?format=json")  # warm
     times = []
+    cpu = cpu_seconds(d.pid)
     for _ in range(rounds):
         t = time.perf_counter()
         d.get("/stats?format=json")
         times.append((time.perf_counter() - t) * 1e3)
+    cpu = cpu_seconds(d.pid) - cpu
     time.sleep(0.3)
     logged = re.findall(r"GET /stats\?format=json \([^)]*\) (\S+)",
                         d.log.read_text(errors="replace"))[1:]
     return {"ms": statistics.median(times),
-            "handler_ms": statistics.median(map(_go_ms, logged)) if logged else float("nan")}
+            "handler_ms": statistics.median(map(_go_ms, logged)) if logged else float("nan"),
+            # the daemon's CPU time per request (all threads): steadier on a busy machine
+            "cpu_ms": cpu / rounds * 1e3}
 
 
 # --- scenarios --------------------------------------------------------------------------------
@@ -294,6 +298,23 @@ def pub_latency_1m(bin_dir: Path, workdir: Path, queued: int = 1_000_000,
         d.stop()
 
 
+def alternate(name: str, scenario: Callable[[Path, Path], dict[str, float]],
+              sides: list[tuple[str, Path]], rounds: int,
+              workdir: Path) -> dict[str, dict[str, list[float]]]:
+    """Run ``scenario`` ``rounds`` times per side, the sides alternating, each result printed;
+    returns every figure per side (``{side: {key: [value per round]}}``)."""
+    figures: dict[str, dict[str, list[float]]] = {s: {} for s, _ in sides}
+    for r in range(rounds):
+        order = sides if r % 2 == 0 else sides[::-1]
+        for side, bin_dir in order:
+            result = scenario(bin_dir, workdir)
+            for key, value in result.items():
+                figures[side].setdefault(key, []).append(value)
+            print(f"  {name} round {r + 1} {side}: "
+                  + " ".join(f"{k}={v:,.2f}" for k, v in result.items()), flush=True)
+    return figures
+
+
 SCENARIOS: dict[str, Callable[[Path, Path], dict[str, float]]] = {
     "stats_conns": stats_conns,
     "stats_topics": stats_topics,
@@ -320,15 +341,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="scale_bench") as tmp:
         workdir = Path(tmp)
         for name in names:
-            figures: dict[str, dict[str, list[float]]] = {s: {} for s, _ in sides}
-            for r in range(args.rounds):
-                order = sides if r % 2 == 0 else sides[::-1]
-                for side, bin_dir in order:
-                    result = SCENARIOS[name](bin_dir, workdir)
-                    for key, value in result.items():
-                        figures[side].setdefault(key, []).append(value)
-                    print(f"  {name} round {r + 1} {side}: "
-                          + " ".join(f"{k}={v:.2f}" for k, v in result.items()), flush=True)
+            figures = alternate(name, SCENARIOS[name], sides, args.rounds, workdir)
             for key in figures["nsqpy"]:
                 ours = statistics.median(figures["nsqpy"][key])
                 line = f"{name:<15} {key:<9} nsqpy {ours:10.2f}"

@@ -14,7 +14,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "nsqpy"
 #: nsqd's core: these modules stand below every sub-package of nsqd
-NSQD_CORE = {"nsqd", "topic", "channel", "hooks", "diskqueue", "metadata", "lookup", "options"}
+NSQD_CORE = {"nsqd", "topic", "channel", "memqueue", "hooks", "diskqueue", "metadata", "lookup", "options"}
 NSQD_FEATURES = {"v2", "replication", "lifecycle", "stats", "leases", "auth"}
 #: nsqd's floors below the core: mechanisms the core stands on (the storage room)
 NSQD_FLOORS = {"storage"}

@@ -1,7 +1,8 @@
 """A channel: one copy of a topic's stream, shared by the consumers subscribed to it.
 
 Queued messages are tuples ``(id, body, timestamp_ns, attempts)``: immutable, cheap, and
-untracked by the garbage collector. The memory queue holds up to ``--mem-queue-size`` of them;
+untracked by the garbage collector, held in chunks (:mod:`.memqueue`) so that the collector
+does not visit them one by one either. The memory queue holds up to ``--mem-queue-size`` of them;
 past that, and for as long as anything waits on disk, messages go to the disk backend so the
 stream stays first-in first-out and nothing on disk starves.
 
@@ -17,10 +18,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections import deque
 from functools import partial
 from typing import Any
-from itertools import repeat, starmap
+from itertools import repeat
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
 from ..protocol.frames import encode_error
@@ -28,6 +28,7 @@ from ..protocol.message import FRAME_HEAD_BEFORE_ID, encode_message
 from ..protocol.names import is_ephemeral
 from ..common.quantile import LatencyQuantiles
 from .hooks import Consumer, Host, Msg, TopicRef
+from .memqueue import MessageQueue
 
 _pack_head_before_id = FRAME_HEAD_BEFORE_ID.pack
 _monotonic = time.monotonic
@@ -42,7 +43,7 @@ class Channel:
         self.name = name
         self.nsqd = nsqd
         self.ephemeral = is_ephemeral(name)
-        self.mem: deque[Msg] = deque()
+        self.mem = MessageQueue()
         self.mem_cap = nsqd.options.mem_queue_size
         self.queue_name = f"{topic.name}:{name}"
         # (with --sync-every=1 what the disk queue stages is readable once flushed: deliver then)
@@ -81,7 +82,7 @@ class Channel:
         """Queued messages: memory and disk, and what a replay of the topic's history still
         has to deliver (so /stats, /metrics and readers that wait for depth see a channel
         created from the past as full, not empty)."""
-        depth = len(self.mem) + self.backend.depth
+        depth = self.mem.length + self.backend.depth
         if self.feeder is not None:
             depth += self.feeder.remaining()
         return depth
@@ -119,7 +120,7 @@ class Channel:
     def _enqueue(self, msgs: list[Msg], refused: Any = None) -> None:
         mem = self.mem
         backend = self.backend
-        space = self.mem_cap - len(mem)
+        space = self.mem_cap - mem.length
         if backend.depth == 0 and space >= len(msgs):
             mem.extend(msgs)
             return
@@ -148,11 +149,7 @@ class Channel:
 
     def _take(self, n: int) -> list[Msg] | None:
         """Up to ``n`` queued messages; None when the queue gave nothing at all (empty or stuck)."""
-        mem = self.mem
-        if len(mem) > n:
-            return list(starmap(mem.popleft, repeat((), n)))  # n pops, looped in C
-        out = list(mem)
-        mem.clear()
+        out = self.mem.take(n)
         backend = self.backend
         took = len(out)
         if len(out) < n and backend.depth:
@@ -181,7 +178,7 @@ class Channel:
         n = len(clients)
         if not n or self.paused or self.exiting or self.nsqd.holding_delivery:
             return
-        if not self.mem and not self.backend.depth and self.feeder is None:
+        if not self.mem.length and not self.backend.depth and self.feeder is None:
             return
         start = self._rr % n
         self._rr = start + 1

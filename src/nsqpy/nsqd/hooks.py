@@ -119,9 +119,12 @@ class Lifecycle(Protocol):
 
     def restore(self, owner: Any, raw: Any) -> None: ...
 
-    def topic_stats(self, topic: TopicRef, stats: dict[str, Any]) -> dict[str, Any]: ...
+    def topic_stats(self, topic: TopicRef, stats: dict[str, Any]) -> dict[str, Any]:
+        """A topic's /stats entry with the controls' counters (integers, strings, bools: no
+        float, whose JSON spelling /stats does not check unless a float source is on)."""
 
-    def channel_stats(self, channel: ChannelRef, stats: dict[str, Any]) -> dict[str, Any]: ...
+    def channel_stats(self, channel: ChannelRef, stats: dict[str, Any]) -> dict[str, Any]:
+        """A channel's /stats entry with the controls' counters (as :meth:`topic_stats`)."""
 
 
 class Upstream:

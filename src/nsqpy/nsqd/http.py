@@ -523,14 +523,16 @@ class NsqdHTTP:
         # reference counting as soon as the answer is encoded
         collecting = gc.isenabled()
         gc.disable()
+        topic, channel = first_value(query, "topic") or "", first_value(query, "channel") or ""
         try:
-            topics, producers = nsq_stats.collect(
-                self.nsqd, first_value(query, "topic") or "", first_value(query, "channel") or "",
-                include_clients)
             memory = nsq_stats.memory_stats() if include_mem else None
             if as_json:
+                topics, producers, floats = nsq_stats.collect_json(self.nsqd, topic, channel,
+                                                                   include_clients)
                 document = nsq_stats.stats_document(self.nsqd, topics, producers, memory)
-                return OK_JSON, go_json(document)  # (the one place /stats is encoded)
+                # (the one place /stats is encoded)
+                return OK_JSON, go_json(document, floats=floats)
+            topics, producers = nsq_stats.collect(self.nsqd, topic, channel, include_clients)
             text = nsq_stats.stats_text(version_string("nsqd"), self.nsqd, topics, producers,
                                         memory)
             return OK_V1, text.encode()  # (it starts with the version line: sniffed as text)

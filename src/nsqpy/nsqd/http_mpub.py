@@ -71,7 +71,8 @@ class TextMpub:
                 if first is None or len(first) > max_msg:
                     return v1_error(413, "MSG_TOO_BIG")
                 complete[0] = first
-                if max(map(len, complete)) > max_msg:
+                # a piece no longer than a message holds no line too long (the usual case)
+                if len(chunk) > max_msg and max(map(len, complete)) > max_msg:
                     return v1_error(413, "MSG_TOO_BIG")
                 self.bodies += filter(None, complete)
             tail = lines[-1]

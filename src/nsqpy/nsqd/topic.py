@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from functools import partial
 from typing import Any, Callable
 
@@ -19,6 +18,7 @@ from ..protocol.names import is_ephemeral
 from ..common.quantile import merged_result
 from .channel import Channel
 from .hooks import Host, Msg
+from .memqueue import MessageQueue
 
 PUMP_BATCH = 1000
 _monotonic = time.monotonic
@@ -31,7 +31,7 @@ class Topic:
         self.ephemeral = is_ephemeral(name)
         self.channels: dict[str, Channel] = {}
         # queued items are Msg tuples, or (id, body, ts, attempts, due) for deferred publishes
-        self.mem: deque[tuple] = deque()
+        self.mem = MessageQueue()
         self.mem_cap = nsqd.options.mem_queue_size
         self.backend = nsqd.make_backend(name, self.ephemeral, self._schedule_pump)
         self.paused = False
@@ -55,7 +55,7 @@ class Topic:
 
     @property
     def depth(self) -> int:
-        return len(self.mem) + self.backend.depth
+        return self.mem.length + self.backend.depth
 
     def _flowing(self) -> bool:
         return self.ready and bool(self.channels) and not self.paused
@@ -86,7 +86,7 @@ class Topic:
             fan_out(*args[:-1])
 
     def _fan_out(self, msgs: list[Msg], nbytes: int) -> None:
-        held = not (self._flowing() and not self.mem and not self.backend.depth)
+        held = not (self._flowing() and not self.mem.length and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
                 # a channel replaying the history gets from it what the history kept
@@ -109,7 +109,7 @@ class Topic:
 
     def _defer_out(self, msg: Msg, delay: float) -> None:
         due = _monotonic() + delay
-        held = not (self._flowing() and not self.mem and not self.backend.depth)
+        held = not (self._flowing() and not self.mem.length and not self.backend.depth)
         if not held:
             for channel in self.channels.values():
                 if channel.feeder is None or channel.feeder.admit([msg]):
@@ -136,7 +136,7 @@ class Topic:
 
     def _enqueue(self, items: list[tuple]) -> None:
         mem = self.mem
-        space = self.mem_cap - len(mem)
+        space = self.mem_cap - mem.length
         if self.backend.depth == 0 and space >= len(items):
             mem.extend(items)
             return
@@ -179,13 +179,7 @@ class Topic:
         self._pump_scheduled = False
         if self.exiting or not self._flowing():
             return
-        mem = self.mem
-        if len(mem) <= PUMP_BATCH:
-            batch: list[tuple] = list(mem)
-            mem.clear()
-        else:
-            popleft = mem.popleft
-            batch = [popleft() for _ in range(PUMP_BATCH)]
+        batch = self.mem.take(PUMP_BATCH)
         if len(batch) < PUMP_BATCH and self.backend.depth:
             restored = self.due_after_restart
             got = self.backend.get_messages(PUMP_BATCH - len(batch))

@@ -83,13 +83,25 @@ def _name_ok(raw: bytes) -> bool:
         return False
 
 
+#: topic names seen valid, raw -> decoded: publishers repeat theirs on every command, and a
+#: lone PUB cannot afford the decode and the regex each time (bounded: cleared when full)
+_valid_topics: dict[bytes, str] = {}
+_VALID_TOPICS_KEPT = 1024
+
+
 def check_topic(cmd: str, params: list[bytes]) -> str:
     """Validate ``params[1]`` as a topic name for ``cmd``; returns it decoded."""
     topic = params[1]
+    known = _valid_topics.get(topic)
+    if known is not None:
+        return known
     if not _name_ok(topic):
         prefix = "E_BAD_TOPIC " if cmd == "MPUB" else ""  # upstream's MPUB repeats the code
         raise FatalError(E_BAD_TOPIC, f"{prefix}{cmd} topic name {go_quote(topic)} is not valid")
-    return topic.decode("ascii")
+    if len(_valid_topics) >= _VALID_TOPICS_KEPT:
+        _valid_topics.clear()
+    name = _valid_topics[topic] = topic.decode("ascii")
+    return name
 
 
 _U64 = 1 << 64
@@ -132,7 +144,7 @@ def arg_text(raw: bytes) -> str:
 def pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
     """Checks nsqd makes before reading a body; returns the max allowed body size."""
     if name == b"PUB" or name == b"MPUB":
-        cmd = name.decode()
+        cmd = "PUB" if name == b"PUB" else "MPUB"
         if len(params) < 2:
             raise FatalError(E_INVALID, f"{cmd} insufficient number of parameters")
         check_topic(cmd, params)
@@ -157,6 +169,8 @@ def pre_body_checks(name: bytes, params: list[bytes], limits: Limits) -> int:
 
 
 def _check_body_size(name: bytes, size: int, limit: int) -> None:
+    if 0 < size <= limit:
+        return
     cmd = name.decode()
     if name == b"PUB" or name == b"DPUB":
         if size <= 0:

@@ -55,25 +55,52 @@ _HTML_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"),
                  (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
 
 
-def _is_go(out: bytes) -> bool:
-    """orjson's ``out`` needs no rewriting but the HTML escapes (false alarms only cost time)."""
-    if b"\\" in out or _FLOAT_DOT_ZERO.search(out) is not None or out.endswith(b".0"):
+class RawJSON:
+    """JSON text already written as Go writes it (by :func:`dumps`), placed in a document as
+    it is: a part that repeats from one document to the next (a ``/stats`` client's fixed
+    fields) is then encoded once, not per document."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def _fragment(value: Any) -> orjson.Fragment:
+    """orjson's ``default``: a :class:`RawJSON` goes in as it is; anything else is refused."""
+    if type(value) is RawJSON:
+        return orjson.Fragment(value.data)
+    raise TypeError
+
+
+def _is_go(out: bytes, floats: bool = True) -> bool:
+    """orjson's ``out`` needs no rewriting but the HTML escapes (false alarms only cost time);
+    ``floats=False``: the caller knows the value holds no float, whose spelling then needs no
+    scan (the scans cost more than orjson's own encoding of a large ``/stats``)."""
+    if b"\\" in out:
+        return False
+    if not floats:
+        return True
+    if _FLOAT_DOT_ZERO.search(out) is not None or out.endswith(b".0"):
         return False
     return not any(out[m.start() - 1] in _DIGITS for m in _EXPONENT.finditer(out))
 
 
-def dumps(value: Any, sort_keys: bool = False) -> bytes:
+def dumps(value: Any, sort_keys: bool = False, floats: bool = True) -> bytes:
     """``json.Marshal``: compact; dict keys sorted when ``sort_keys`` (Go sorts a map's keys; a
     struct's fields keep their order, so pass dicts in field order for structs). ``str``,
-    ``bytes``, ``int``, ``float``, ``bool``, ``None``, ``dict``, ``list`` and ``tuple``, another
-    type is a TypeError. No NaN or infinity: Go refuses them (UnsupportedValueError) where
-    orjson writes ``null``, and nsqpy's documents never hold one."""
+    ``bytes``, ``int``, ``float``, ``bool``, ``None``, ``dict``, ``list``, ``tuple`` and
+    :class:`RawJSON`, another type is a TypeError. No NaN or infinity: Go refuses them
+    (UnsupportedValueError) where orjson writes ``null``, and nsqpy's documents never hold one.
+    ``floats=False`` promises that ``value`` holds no float (a float would then be written as
+    orjson spells it)."""
     try:
-        out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+        out = orjson.dumps(value, default=_fragment,
+                           option=orjson.OPT_SORT_KEYS if sort_keys else 0)
     except (TypeError, orjson.JSONEncodeError):
         pass  # lone surrogates, bytes, big ints, non-str keys: the exact writer decides
     else:
-        if _is_go(out):
+        if _is_go(out, floats):
             for raw, escaped in _HTML_ESCAPES if b"\xe2" in out else _HTML_ESCAPES[:3]:
                 if raw in out:
                     out = out.replace(raw, escaped)
@@ -173,6 +200,8 @@ def _write(value: Any, parts: list[str], sort_keys: bool) -> None:
         parts.append("]")
     elif isinstance(value, (bytes, bytearray, memoryview)):
         parts.append(_quote(_go_bytes(bytes(value))))
+    elif type(value) is RawJSON:
+        parts.append(value.data.decode("utf-8"))  # (Go's output: UTF-8 by construction)
     else:
         raise TypeError(f"json: unsupported type: {type(value).__name__}")
 

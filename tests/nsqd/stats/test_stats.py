@@ -67,6 +67,51 @@ def test_collect_sorts_filters_and_nulls():
     assert topics[0]["channels"][0]["clients"] is None
 
 
+def test_json_entries_are_the_bytes_of_the_dicts():
+    """``format=json`` writes plain clients from their fixed fields encoded once (issue #42):
+    the document's bytes are those of the dict path, for names Go escapes too, after an
+    IDENTIFY changes a fixed field, and for a client listed twice (consumer and producer)."""
+    odd = _client(hostname='h"<&>\u2028\x01é', user_agent="ua\\b", client_id="\x7f")
+    both = _client(client_id="both", pub_counts={"b": 3})
+    plain = _client(stats_json=None)
+    nsqd = SimpleNamespace(topics={"b": _topic("b", [_channel("c", [odd, both, plain])])},
+                           clients={1: odd, 2: both, 3: plain}, lifecycle=Upstream(),
+                           replicator=None, replicas=None, health="OK", start_time=1)
+    for c in (odd, plain):
+        c.stats_json = None
+
+    def both_ways():
+        topics, producers = s.collect(nsqd)
+        jtopics, jproducers, floats = s.collect_json(nsqd)
+        assert not floats
+        return (go_json(s.stats_document(nsqd, topics, producers, None)),
+                go_json(s.stats_document(nsqd, jtopics, jproducers, None), floats=False))
+
+    by_dicts, by_text = both_ways()
+    assert by_text == by_dicts and b"\\u003c" in by_text and b"both" in by_text
+    assert isinstance(s.collect_json(nsqd)[0][0]["channels"][0]["clients"][2], s.RawJSON)
+    plain.hostname, plain.message_count = "renamed", 99  # IDENTIFY, and traffic
+    by_dicts, by_text = both_ways()
+    assert by_text == by_dicts and b'"hostname":"renamed"' in by_text
+    jtopics, jproducers, _ = s.collect_json(nsqd)
+    assert jproducers[0] is jtopics[0]["channels"][0]["clients"][1]  # built once
+
+
+def test_json_floats_are_announced():
+    """A document that may hold a float (latency percentiles) says so, so its JSON is
+    checked for Go's float spelling."""
+    quantiles = SimpleNamespace(result=lambda: {"count": 1, "percentiles": [
+        {"quantile": 0.99, "value": 1.5e-7}]}, percentiles=[0.99])
+    nsqd = SimpleNamespace(topics={"t": _topic("t", [_channel("c", e2e=quantiles)])},
+                           clients={}, lifecycle=Upstream(), replicator=None, replicas=None)
+    topics, _, floats = s.collect_json(nsqd)
+    assert floats and b'"value":1.5e-7' in go_json(topics, floats=floats)
+    topics, _, floats = s.collect_json(SimpleNamespace(
+        topics={"t": _topic("t", [_channel("c")])}, clients={}, lifecycle=Upstream(),
+        replicator=None, replicas=None))
+    assert not floats
+
+
 def test_latency_numbers_print_like_go():
     e2e = s._latency({"count": 3, "percentiles": [{"quantile": 1.0, "value": 1500},
                                                   {"quantile": 0.99, "value": 12.0}]})
@@ -118,3 +163,22 @@ def test_memory_stats_keys_and_gc_pauses():
     gc.callbacks.remove(s._gc_callback)
     assert s._percentile(99.0, []) == 0
     assert s._percentile(50.0, [1, 2, 3, 4]) == 3  # floor(0.5 * 4 + 0.5) = 2
+
+
+def test_startup_collection_is_not_a_reported_pause():
+    """nsqd's one full collection at start-up (before ``gc.freeze()``) is not among the
+    pauses /stats reports; the collections after it are."""
+    from nsqpy.nsqd.main import release_startup_memory
+
+    s.install_gc_pause_tracker()
+    gc.disable()  # no young pass of the collector's own between the two lines below
+    try:
+        s._GC_PAUSES.clear()
+        release_startup_memory()
+        assert not s._GC_PAUSES and gc.callbacks.count(s._gc_callback) == 1
+        gc.collect()
+        assert len(s._GC_PAUSES) == 1
+    finally:
+        gc.enable()
+        gc.unfreeze()  # (this test process goes on collecting what start-up froze)
+        gc.callbacks.remove(s._gc_callback)

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ... import NSQ_COMPAT_VERSION
 from ...common.flags import format_duration
+from ...protocol.gojson import RawJSON
+from ...protocol.gojson import dumps as go_json
 from ..options import topology_set
 
 if TYPE_CHECKING:
@@ -115,14 +117,42 @@ def client_stats(client: "ClientV2", topic_filter: str = "", topology: bool = Fa
     return stats
 
 
+#: a plain client's entry around its fixed fields (written once per client, see _client_json)
+_CLIENT_JSON = (b'%b,"state":%d,"ready_count":%d,"in_flight_count":%d,"message_count":%d,'
+                b'"finish_count":%d,"requeue_count":%d,%b')
+
+
+def _client_json(client: "ClientV2") -> RawJSON:
+    """A plain client's entry (no auth, TLS, topology or publishes: :func:`client_stats`'s
+    first case) as JSON text, the same bytes ``go_json`` writes for that dict. Its fixed
+    fields are encoded once per client and kept on it with the values they came from
+    (IDENTIFY and the stream's upgrades change a few of them, once); each ``/stats`` only
+    formats the six counters: at 2,000 connections a third of the dicts' cost, and orjson
+    copies the text instead of encoding 20 keys per client (issue #42)."""
+    key = (client.client_id, client.hostname, client.remote_address, client.connect_ts,
+           client.sample_rate, client.deflate, client.snappy, client.user_agent)
+    fixed = client.stats_json
+    if fixed is None or fixed[0] != key:
+        head = go_json({"client_id": key[0], "hostname": key[1], "version": "V2",
+                        "remote_address": key[2]})
+        tail = go_json({"connect_ts": key[3], "sample_rate": key[4], "deflate": key[5],
+                        "snappy": key[6], "user_agent": key[7], "tls": False,
+                        "tls_cipher_suite": "", "tls_version": "",
+                        "tls_negotiated_protocol": "", "tls_negotiated_protocol_is_mutual": False})
+        fixed = client.stats_json = (key, head[:-1], tail[1:])
+    return RawJSON(_CLIENT_JSON % (fixed[1], client.state, client.ready_count,
+                                   len(client.in_flight), client.message_count,
+                                   client.finish_count, client.requeue_count, fixed[2]))
+
+
 class _Snapshot:
     """What every channel's and topic's stats need, looked up once per ``/stats``."""
 
     __slots__ = ("include_clients", "topic_filter", "topology", "lifecycle", "leases",
-                 "no_latency", "no_clients")
+                 "no_latency", "no_clients", "as_json", "built", "floats")
 
     def __init__(self, nsqd: "NSQD", include_clients: bool, topic_filter: str,
-                 topology: bool) -> None:
+                 topology: bool, as_json: bool = False) -> None:
         self.include_clients = include_clients
         self.topic_filter = topic_filter
         self.topology = topology
@@ -132,19 +162,41 @@ class _Snapshot:
         # at 20,000 topics): fewer objects to make, and to free (the snapshot is read only)
         self.no_latency = {"count": 0, "percentiles": None}
         self.no_clients: list[dict] = []
+        #: plain clients' entries as JSON text (the document is encoded, not read)
+        self.as_json = as_json
+        #: each client's entry, built once per snapshot (a client that publishes and
+        #: consumes is listed under its channel and among the producers)
+        self.built: dict[int, Any] = {}
+        #: whether the document may hold a float: latency percentiles, a topic's history,
+        #: replication's figures (the lifecycle's and leases' additions are counts); without
+        #: one its JSON needs no check of Go's float spelling (``go_json(floats=)``)
+        self.floats = (getattr(nsqd, "replicator", None) is not None
+                       or getattr(nsqd, "replicas", None) is not None)
+
+    def client(self, client: "ClientV2") -> Any:
+        entry = self.built.get(id(client))  # (the snapshot holds every client it lists)
+        if entry is None:
+            if (self.as_json and client.auth_state is None and client.tls_info is None
+                    and not self.topology and not client.pub_counts):
+                entry = _client_json(client)
+            else:
+                entry = client_stats(client, self.topic_filter, self.topology)
+            self.built[id(client)] = entry
+        return entry
 
     def channel(self, channel: "Channel") -> dict:
         clients = channel.clients
         if self.include_clients:
-            topic_filter, topology = self.topic_filter, self.topology
-            client_list: list[dict] | None = ([client_stats(c, topic_filter, topology)
-                                               for c in clients] if clients
-                                              else self.no_clients)
+            entry = self.client
+            client_list: list | None = [entry(c) for c in clients] if clients else self.no_clients
         else:
             client_list = None
         e2e = channel.e2e
-        latency = (_latency(e2e.result(), e2e.percentiles) if e2e is not None
-                   else self.no_latency)
+        if e2e is not None:
+            self.floats = True
+            latency = _latency(e2e.result(), e2e.percentiles)
+        else:
+            latency = self.no_latency
         orphans = channel.orphans
         in_flight = sum([len(c.in_flight) for c in clients]) if clients else 0
         if orphans:
@@ -186,6 +238,7 @@ class _Snapshot:
         })
         if topic.history is not None:  # a topic that keeps history (docs/history.md); else upstream's
             stats["history"] = topic.history.stats()
+            self.floats = True
         return stats
 
 
@@ -202,12 +255,36 @@ def topic_stats(topic: "Topic", channels: list[dict]) -> dict:
 
 def collect(nsqd: "NSQD", topic_filter: str = "", channel_filter: str = "",
             include_clients: bool = True) -> tuple[list[dict] | None, list[dict] | None]:
-    """``(topics, producers)`` like upstream's ``GetStats``.
+    """``(topics, producers)`` like upstream's ``GetStats``, as dicts (the text format,
+    statsd).
 
     Upstream's quirks are kept: an unknown ``topic_filter`` yields ``(None, None)`` (JSON
     ``null``s, producers not even gathered); a topic without the filtered channel is skipped;
     ``producers`` is ``None`` without clients or when nobody has published.
     """
+    return _collect(_snapshot(nsqd, include_clients, topic_filter, False), nsqd,
+                    topic_filter, channel_filter)
+
+
+def collect_json(nsqd: "NSQD", topic_filter: str = "", channel_filter: str = "",
+                 include_clients: bool = True) -> tuple[list | None, list | None, bool]:
+    """:func:`collect` for ``format=json``: plain clients' entries are JSON text
+    (:class:`RawJSON`); the third item says whether the document :func:`stats_document`
+    makes of them may hold a float (``go_json(floats=)``)."""
+    snap = _snapshot(nsqd, include_clients, topic_filter, True)
+    topics, producers = _collect(snap, nsqd, topic_filter, channel_filter)
+    return topics, producers, snap.floats
+
+
+def _snapshot(nsqd: "NSQD", include_clients: bool, topic_filter: str,
+              as_json: bool) -> _Snapshot:
+    options = getattr(nsqd, "options", None)
+    topology = options is not None and topology_set(options)  # post-1.3.0 fields: opt-in only
+    return _Snapshot(nsqd, include_clients, topic_filter, topology, as_json)
+
+
+def _collect(snap: _Snapshot, nsqd: "NSQD", topic_filter: str,
+             channel_filter: str) -> tuple[list[dict] | None, list | None]:
     all_topics = nsqd.topics
     if topic_filter:
         topic = all_topics.get(topic_filter)
@@ -216,9 +293,6 @@ def collect(nsqd: "NSQD", topic_filter: str = "", channel_filter: str = "",
         topics: Iterable["Topic"] = [topic]
     else:
         topics = [all_topics[name] for name in sorted(all_topics)]
-    options = getattr(nsqd, "options", None)
-    topology = options is not None and topology_set(options)  # post-1.3.0 fields: opt-in only
-    snap = _Snapshot(nsqd, include_clients, topic_filter, topology)
     channel, topic_stats_of = snap.channel, snap.topic
     out = []
     for topic in topics:
@@ -232,9 +306,9 @@ def collect(nsqd: "NSQD", topic_filter: str = "", channel_filter: str = "",
             chans = [channels[name] for name in sorted(channels)]
         out.append(topic_stats_of(topic, [channel(c) for c in chans]))
     producers = None
-    if include_clients:
-        producers = [client_stats(c, topic_filter, topology) for c in list(nsqd.clients.values())
-                     if c.pub_counts] or None
+    if snap.include_clients:
+        entry = snap.client
+        producers = [entry(c) for c in list(nsqd.clients.values()) if c.pub_counts] or None
     return out, producers
 
 

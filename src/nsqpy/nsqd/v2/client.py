@@ -128,6 +128,9 @@ class ClientV2:
         self.lease: Any = None  # nsqd.leases.lease.Lease when IDENTIFY named one (--leases)
         # publishing
         self.pub_counts: dict[str, int] = {}
+        # /stats: the fixed fields of this client's entry as JSON, with the values they were
+        # written from (stats/snapshot.py's _client_json)
+        self.stats_json: tuple | None = None
         # the outbox, wired by the connection: frames appended here go out on the next flush
         self.out: list[bytes] = []
         self.writable = True

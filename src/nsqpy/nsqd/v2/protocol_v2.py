@@ -171,7 +171,7 @@ class ProtocolV2:
         limit = pre_body_checks(name, params, limits)
         if name == b"MPUB" and self.nsqd.auth is None:
             try:  # upstream's MPUB creates its topic before reading the body (with AUTH: mpub_head)
-                self.nsqd.get_topic(params[1].decode("ascii"))
+                self.nsqd.get_topic(check_topic("MPUB", params))
             except OSError:
                 pass  # the handler reports it once the body is read
         return limit
@@ -454,7 +454,7 @@ class ProtocolV2:
     # --- publishing (topic names and sizes were checked by the parser) --------------------------
 
     def pub(self, params: list[bytes], body: bytes) -> None:
-        topic_name = params[1].decode("ascii")
+        topic_name = check_topic("PUB", params)  # (checked by the parser: the decoded name)
         nsqd = self.nsqd
         if nsqd.auth is not None:
             self._check_auth("PUB", topic_name, "")
@@ -481,14 +481,18 @@ class ProtocolV2:
 
     def mpub(self, params: list[bytes], bodies: list[bytes]) -> None:
         """The whole MPUB (authorized by :meth:`mpub_head`)."""
-        topic_name = params[1].decode("ascii")
+        topic_name = check_topic("MPUB", params)  # (checked by the parser: the decoded name)
         nsqd = self.nsqd
         try:
             topic = nsqd.get_topic(topic_name)
             n = len(bodies)
-            # zip builds the (id, body, timestamp, attempts) tuples in C
-            msgs = list(zip(nsqd.id_factory.next_ids(n), bodies, repeat(_time_ns(), n), repeat(0, n)))
-            topic.put_many(msgs, sum(map(len, bodies)))
+            if n == 1:  # (upstream's bench_writer --batch-size=1: one message per round trip)
+                body = bodies[0]
+                topic.put_many([(nsqd.id_factory.next_id(), body, _time_ns(), 0)], len(body))
+            else:  # zip builds the (id, body, timestamp, attempts) tuples in C
+                msgs = list(zip(nsqd.id_factory.next_ids(n), bodies, repeat(_time_ns(), n),
+                                repeat(0, n)))
+                topic.put_many(msgs, sum(map(len, bodies)))
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self.client.published(topic_name, len(bodies))
