@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.polling import wait_for
 from helpers.servers import ServerProcess, free_port, unique_name
 from tools.http_sink import HTTPSink
 from tools.sidebyside import (
@@ -55,6 +56,25 @@ def topic_messages(nsqd: NsqdAt, topic: str) -> int:
         if t["topic_name"] == topic:
             return int(t["message_count"])
     return 0
+
+
+def topic_channels(nsqd: NsqdAt, topic: str) -> list[dict]:
+    status, body = http("GET", f"http://{nsqd.http_address}/stats?format=json&topic={topic}")
+    assert status == 200, body
+    return [c for t in json.loads(body).get("topics") or () if t["topic_name"] == topic
+            for c in t.get("channels") or ()]
+
+
+def subscribed(nsqd: NsqdAt, topic: str) -> bool:
+    """A consumer's SUB reached nsqd (its channel has a client)."""
+    return any(c["clients"] for c in topic_channels(nsqd, topic))
+
+
+def worked_off(nsqd: NsqdAt, topic: str, n: int) -> bool:
+    """``n`` messages reached the topic since nsqd started and its consumers FINished them all."""
+    channels = topic_channels(nsqd, topic)
+    return (topic_messages(nsqd, topic) >= n and bool(channels)
+            and all(c["depth"] == 0 and c["in_flight_count"] == 0 for c in channels))
 
 
 def ports(*servers: object) -> dict[str, str]:
@@ -166,16 +186,17 @@ ARGUMENT_CASES = [
 ]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("tool, args", ARGUMENT_CASES, ids=[" ".join([t, *a]).replace(CLOSED, "CLOSED") for t, a in ARGUMENT_CASES])
 def test_argument_and_start_up_errors(tool, args):
-    """Same status, same stderr, at once: argument errors, names go-nsq refuses, addresses Go's
-    dialer refuses, an nsqd that refuses the connection."""
-    upstream, ours = (run_once([binary(side, tool), *args], timeout=20) for side in SIDES)
-    assert upstream.code is not None and upstream.elapsed < 3, upstream
+    """Same status, same stderr, and an exit of its own: argument errors, names go-nsq refuses,
+    addresses Go's dialer refuses, an nsqd that refuses the connection. (How fast is not
+    asserted: Python's start-up alone took 5.6 s on a busy machine; a tool that retried instead
+    of exiting would be killed at run_once's timeout, code None.)"""
+    upstream, ours = (run_once([binary(side, tool), *args], timeout=60) for side in SIDES)
+    assert upstream.code is not None, upstream
     assert ours.code == upstream.code, (ours, upstream)
     assert without_extensions(tool, ours.lines()) == upstream.lines()
-    assert ours.elapsed < 5  # at once (Python's start-up is the difference)
 
 
 @pytest.mark.timeout(90)
@@ -205,21 +226,23 @@ def test_start_up_refusals_from_a_live_nsqd(tool, args, tmp_path):
 # --- no nsqd --------------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("tool, args", [
     ("nsq_tail", ["--topic=t"]),
-    ("nsq_to_nsq", ["--topic=t", "--destination-nsqd-tcp-address=127.0.0.1:4150"]),
-    ("nsq_to_http", ["--topic=t", "--post=http://127.0.0.1:4151/x"]),
+    ("nsq_to_nsq", ["--topic=t", "--destination-nsqd-tcp-address={closed}"]),
+    ("nsq_to_http", ["--topic=t", "--post=http://{closed}/x"]),
     ("to_nsq", ["--topic=t"]),
 ])
 def test_refused_nsqd_is_fatal_at_once(tool, args):
+    """Fatal at the first refusal, without a retry: the tool exits of its own (how fast is not
+    asserted). The other addresses are closed ports too, never a cluster on the default ports."""
     refused = f"127.0.0.1:{free_port()}"
+    args = [a.format(closed=f"127.0.0.1:{free_port()}") for a in args]
     upstream, ours = (run_once([binary(side, tool), *args, f"--nsqd-tcp-address={refused}"],
-                               input=b"one\n", timeout=20) for side in SIDES)
+                               input=b"one\n", timeout=60) for side in SIDES)
     assert upstream.code == ours.code == 1
     assert ours.lines() == upstream.lines()
     assert ours.lines()[-1] == f"TS dial tcp {refused}: connect: connection refused"
-    assert ours.elapsed < 5
 
 
 @pytest.mark.timeout(60)
@@ -288,7 +311,7 @@ def test_nsq_stat_cluster_errors(args, tmp_path):
                       extra=[f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"])
         try:
             create_channel(nsqd.http_address, "t", "c")
-            wait = time.monotonic() + 10
+            wait = time.monotonic() + 60
             while b"127.0.0.1" not in http("GET", f"http://{lookupd.http_address}/lookup?topic=t")[1]:
                 assert time.monotonic() < wait, "nsqd never registered"
                 time.sleep(0.05)
@@ -333,16 +356,16 @@ def _bounce(tool: str, side: str, nsqd_side: str, tmp: Path) -> tuple[Outcome, d
         consumer_dials = f"] ({nsqd.tcp_address}) connecting to nsqd"
         try:
             run.wait_for_stderr(has_line(consumer_dials))
-            time.sleep(1.0)
+            wait_for(lambda: worked_off(nsqd, "t", 1), what="before FINished")  # e.g. synced
             pub(nsqd, "t", b"during")
-            time.sleep(0.8)
+            wait_for(lambda: worked_off(nsqd, "t", 2), what="before and during FINished")
             nsqd.stop()
             run.wait_for_stderr(has_line("error connecting to nsqd"))
             nsqd = nsqd.restart()
             run.wait_for_stderr(count_lines(consumer_dials, 3))
-            time.sleep(0.5)
+            wait_for(lambda: subscribed(nsqd, "t"), what="the tool's SUB after the restart")
             pub(nsqd, "t", b"after")
-            time.sleep(1.2)
+            wait_for(lambda: worked_off(nsqd, "t", 1), what="after FINished")
             outcome = run.finish(signal.SIGTERM)
         finally:
             run.kill()
@@ -417,7 +440,7 @@ def test_lookupd_going_away_keeps_the_connections(tmp_path):
                       extra=[f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"])
         try:
             pub(nsqd, "t", b"one")
-            wait = time.monotonic() + 10
+            wait = time.monotonic() + 60
             while b"127.0.0.1" not in http("GET", f"http://{lookupd.http_address}/lookup?topic=t")[1]:
                 assert time.monotonic() < wait, "nsqd never registered"
                 time.sleep(0.05)
@@ -430,7 +453,7 @@ def test_lookupd_going_away_keeps_the_connections(tmp_path):
                 lookupd.stop()
                 run.wait_for_stderr(count_lines("error querying nsqlookupd", 3))
                 pub(nsqd, "t", b"two")
-                time.sleep(0.5)
+                wait_for(lambda: run.stdout().endswith(b"two\n"), what="two on stdout")
                 results.append((run.finish(signal.SIGTERM), ports(nsqd, lookupd)))
             finally:
                 run.kill()
@@ -467,7 +490,7 @@ def test_to_nsq_nsqd_going_away_and_bouncing(tmp_path):
                     assert run.proc.stdin is not None
                     run.proc.stdin.write(b"one\n")
                     run.proc.stdin.flush()
-                    wait = time.monotonic() + 10
+                    wait = time.monotonic() + 60
                     while topic_messages(nsqd, "t") < 1:
                         assert time.monotonic() < wait
                         time.sleep(0.05)
@@ -587,7 +610,7 @@ def test_nsq_to_file_topic_name_nsqd_would_refuse(tmp_path):
         "[nsq_to_file] TS.us ERROR: couldn't create logger for new topic bad!: invalid topic name"]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)  # two nsqd and 400 PUBs: 60 s was exceeded on a busy machine
 def test_nsq_tail_closed_stdout(tmp_path):
     """``nsq_tail ... | head -1``: Go's runtime dies of SIGPIPE; so do we (after handing the
     messages in flight back, which upstream does not)."""
@@ -605,7 +628,7 @@ def test_nsq_tail_closed_stdout(tmp_path):
                 assert proc.stdout is not None
                 proc.stdout.readline()
                 proc.stdout.close()
-                codes.append(proc.wait(20))
+                codes.append(proc.wait(60))
             finally:
                 if proc.poll() is None:
                     proc.kill()
