@@ -90,7 +90,7 @@ def binary_mpub(bodies: list[bytes]) -> bytes:
     return struct.pack(">i", len(bodies)) + b"".join(struct.pack(">i", len(b)) + b for b in bodies)
 
 
-def wait_for(pred, timeout: float = 5.0):
+def wait_for(pred, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while True:
         value = pred()
