@@ -138,7 +138,7 @@ def _compare(sides, requests: list[hl.Request]) -> list[str]:
             # nsqd registers with nsqlookupd in the background: let both settle first
             probe = hl.Request("nsqlookupd", "GET", "/debug")
             hl.settle(lambda side: hl.normalise(side.ask(probe), side.masks), (upstream, ours))
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while True:
             a, b = upstream.ask(req), ours.ask(req)
             na, nb = hl.normalise(a, upstream.masks), hl.normalise(b, ours.masks)

@@ -147,14 +147,14 @@ def test_heartbeats_and_read_timeout(addr):
 def test_heartbeat_answered_keeps_connection(addr):
     w = Wire(addr)
     w.identify(heartbeat_interval=1000)
-    deadline = time.monotonic() + 3.2
+    deadline = time.monotonic() + 60  # three are due within about 3 s
     beats = 0
-    while time.monotonic() < deadline:
+    while beats < 3 and time.monotonic() < deadline:  # past the 2 s read deadline
         frame = w.read_frame(skip_heartbeats=False)
         if frame.data == b"_heartbeat_":
             beats += 1
             w.cmd(b"NOP")
-    assert beats >= 2
+    assert beats >= 3
     w.pub(unique_name(), b"still alive")
 
 
