@@ -114,6 +114,8 @@ class _Query:
 
     def __init__(self, name: str, error: str | None = None) -> None:
         self.name, self.error, self.stopped = name, error, False
+        self.isActive = error is None
+        self.status = {"message": "Waiting for data to arrive"}
 
     def exception(self) -> str | None:
         return self.error

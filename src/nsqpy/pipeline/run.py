@@ -375,6 +375,7 @@ def _history_comparison(spark: Any, cfg: PipelineConfig, fmt: str, retention: st
 #: then fails with these words, before any of its batches ran.
 WORKER_CONNECT_BACK = "Python worker failed to connect back"
 RESTARTS = 3  # per query
+INIT_WAIT = 60.0  # seconds a query may spend initializing its sources before the next starts
 
 
 class StreamingJobs:
@@ -390,7 +391,7 @@ class StreamingJobs:
 
     def start(self, job: Any, spark: Any, cfg: PipelineConfig) -> None:
         self._jobs.append((job, spark, cfg))
-        self._queries.append(job(spark, cfg))
+        self._queries.append(_started(job, spark, cfg))
         self._restarts.append(0)
 
     def names(self) -> list[str]:
@@ -406,8 +407,7 @@ class StreamingJobs:
             self._restarts[i] += 1
             _log(f"query {query.name}: Spark's Python worker did not connect back in time; "
                  f"starting it again from its checkpoint ({self._restarts[i]} of {RESTARTS})")
-            job, spark, cfg = self._jobs[i]
-            self._queries[i] = job(spark, cfg)
+            self._queries[i] = _started(*self._jobs[i])
 
     def stop(self) -> None:
         for query in self._queries:
@@ -415,6 +415,18 @@ class StreamingJobs:
                 query.stop()
             except Exception:
                 pass
+
+
+def _started(job: Any, spark: Any, cfg: PipelineConfig) -> Any:
+    """Start the job's query and wait until its sources are initialized (the source's Python
+    worker connected), failed, or INIT_WAIT passed: one such worker starts at a time, where
+    three at once on two busy cores each missed Spark's 10 s."""
+    query = job(spark, cfg)
+    deadline = time.monotonic() + INIT_WAIT
+    while (query.isActive and query.exception() is None and time.monotonic() < deadline
+           and query.status["message"] == "Initializing sources"):
+        time.sleep(0.2)
+    return query
 
 
 def _until(cond: Any, deadline: float, what: str, interval: float = 0.5) -> None:
