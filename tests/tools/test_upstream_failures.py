@@ -71,10 +71,12 @@ def subscribed(nsqd: NsqdAt, topic: str) -> bool:
 
 
 def worked_off(nsqd: NsqdAt, topic: str, n: int) -> bool:
-    """``n`` messages reached the topic since nsqd started and its consumers FINished them all."""
+    """Every channel of the topic got ``n`` messages since nsqd started (counted by the channel:
+    upstream's topic counts a message before its pump hands it over) and its consumer FINished
+    them all."""
     channels = topic_channels(nsqd, topic)
-    return (topic_messages(nsqd, topic) >= n and bool(channels)
-            and all(c["depth"] == 0 and c["in_flight_count"] == 0 for c in channels))
+    return bool(channels) and all(c["message_count"] >= n and c["depth"] == 0
+                                  and c["in_flight_count"] == 0 for c in channels)
 
 
 def ports(*servers: object) -> dict[str, str]:
