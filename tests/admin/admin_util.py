@@ -60,7 +60,7 @@ def request(url: str, method: str = "GET", body: Any = None,
         return Response(err.code, dict(err.headers), err.read())
 
 
-def wait_until(cond, timeout: float = 10.0, what: str = "condition") -> None:
+def wait_until(cond, timeout: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -108,7 +108,7 @@ class NotificationSink:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def wait_for(self, action: str, topic: str, timeout: float = 5.0) -> dict:
+    def wait_for(self, action: str, topic: str, timeout: float = 30.0) -> dict:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from admin.admin_util import ADMIN_USER, start_cluster
-from admin.browser_util import CHROMIUM, CHROMIUM_ARGS, sync_playwright
+from admin.browser_util import CHROMIUM, CHROMIUM_ARGS, expect, sync_playwright
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,11 @@ def browser():
 def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     pg = context.new_page()
-    pg.set_default_timeout(10_000)
+    # waits for what must appear, far beyond the second or so it takes: Chromium, nsqadmin and
+    # the daemons share the cores with the rest of the suite (a 5 s expect timed out on a busy
+    # machine); a page that never shows it still fails, later
+    pg.set_default_timeout(60_000)
+    expect.set_options(timeout=30_000)
     errors: list[str] = []
     pg.on("pageerror", lambda err: errors.append(str(err)))
     yield pg

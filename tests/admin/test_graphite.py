@@ -146,7 +146,7 @@ def _rate_shown(page, url: str, selector: str) -> None:
     for _ in range(15):
         page.goto(url)
         cell = page.locator(selector)
-        expect(cell).not_to_have_text("", timeout=10_000)
+        expect(cell).not_to_have_text("", timeout=60_000)
         if re.fullmatch(r"[1-9]\d*\.\d\d", cell.inner_text()):
             return
         page.wait_for_timeout(STEP * 1000)

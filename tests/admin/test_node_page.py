@@ -22,7 +22,7 @@ from nsqpy.client.threaded import LoopThread
 from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE
 from security.support import OPENSSL, SecureNsqd, make_certs, tls_wire
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(240)  # Chromium beside the rest of the suite
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +55,11 @@ def _topic_on_nsqd(nsqd, topic: str) -> bool:
 def _lookupd_producers(lookupd, topic: str) -> int:
     resp = request(f"http://{lookupd.http_address}/lookup?topic={topic}")
     return len(resp.json()["producers"]) if resp.status == 200 else 0
+
+
+def _lookupd_topics(lookupd, nsqd) -> set[str]:
+    doc = request(f"http://{lookupd.http_address}/nodes").json()
+    return {t for p in doc["producers"] if p["tcp_port"] == nsqd.tcp_port for t in p["topics"]}
 
 
 def test_node_pages_show_clients_channels_and_tombstone(tls_cluster, page, tmp_path):
@@ -92,7 +97,7 @@ def test_node_pages_show_clients_channels_and_tombstone(tls_cluster, page, tmp_p
             c = Consumer(topic, "work", handler, nsqd_tcp_addresses=[nsqd.tcp_address],
                          max_in_flight=2, client_id=cid, hostname=f"{cid}.example",
                          user_agent="parity-test/1.0", **kwargs)
-            loop.run(c.start(), timeout=10)
+            loop.run(c.start(), timeout=60)
             consumers.append(c)
 
         def clients_ready() -> bool:
@@ -100,6 +105,11 @@ def test_node_pages_show_clients_channels_and_tombstone(tls_cluster, page, tmp_p
             clients = doc["topics"][0]["channels"][0]["clients"]
             return len(clients) == 3 and all(c["finish_count"] > 0 for c in clients)
         wait_until(clients_ready, timeout=15, what="three clients finishing messages")
+
+        # the nodes page shows what nsqlookupd lists when it loads (no refresh): both topics
+        # registered first (nsqd registers in the background, late on a busy machine)
+        wait_until(lambda: _lookupd_topics(lookupd, nsqd) >= {topic, other},
+                   what="both topics registered with nsqlookupd")
 
         # --- the nodes list: topic-count badge and the lookupd-connections popover
         page.goto(f"{admin.url}/nodes")
@@ -178,6 +188,6 @@ def test_node_pages_show_clients_channels_and_tombstone(tls_cluster, page, tmp_p
         assert latency.get_attribute("title").startswith("99th: min = ")
     finally:
         for c in consumers:
-            loop.run(c.close(), timeout=10)
+            loop.run(c.close(), timeout=60)
         loop.stop()
         wire.close()

@@ -16,7 +16,7 @@ from admin.admin_util import nsqd_stats, request, start_cluster, wait_until
 from admin.browser_util import doc_screenshot, expect
 from helpers.servers import unique_name
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(180)  # Chromium beside the rest of the suite
 
 
 @pytest.fixture(scope="module")

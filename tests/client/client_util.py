@@ -44,7 +44,7 @@ async def ready_counts(http_addresses: list[str], topic: str, channel: str) -> l
     return counts
 
 
-async def wait_for(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> None:
+async def wait_for(pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> None:
     deadline = time.monotonic() + timeout
     while True:
         value = pred()

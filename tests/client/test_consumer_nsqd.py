@@ -156,7 +156,7 @@ async def test_requeue_delay_grows_with_attempts(servers):
         topic, "ch", handler, nsqd_tcp_addresses=[node.tcp_address],
         default_requeue_delay=0.15, max_requeue_delay=0.25, max_backoff_duration=0,
     ):
-        await wait_for(lambda: len(times) == 3, timeout=10)
+        await wait_for(lambda: len(times) == 3, timeout=30)
     assert times[1] - times[0] >= 0.13  # 0.15 × 1
     assert times[2] - times[1] >= 0.23  # 0.15 × 2 = 0.30, capped at 0.25
 
@@ -177,7 +177,7 @@ async def test_consumer_reconnects_after_nsqd_restart(servers):
         await wait_for(lambda: len(got) == 5)
         # restart only once nsqd has the FINs: messages still in flight at shutdown are kept
         # and delivered again (at-least-once), and got would pass 10
-        await wait_for(lambda: _nothing_in_flight(node.http_address, topic), timeout=5)
+        await wait_for(lambda: _nothing_in_flight(node.http_address, topic), timeout=30)
         node = servers.restart(node)
         await wait_for(lambda: len(c.connections) == 1 and c.total_rdy() == 10, timeout=15)
         await fill(node.tcp_address, topic, 5)
@@ -235,7 +235,7 @@ async def test_manual_ack_mode(servers):
             m.touch()
             m.finish()
             m.finish()  # a second answer is ignored
-        await wait_for(lambda: _nothing_in_flight(node.http_address, topic), timeout=5)
+        await wait_for(lambda: _nothing_in_flight(node.http_address, topic), timeout=30)
 
 
 async def _nothing_in_flight(http: str, topic: str) -> bool:

@@ -142,16 +142,16 @@ async def test_nodes_come_and_go(servers):
         # a second nsqd starts carrying the topic: found on a later poll
         async with Producer(b.tcp_address) as p:
             await p.pub(topic, b"from b")
-        await wait_for(lambda: set(c.connections) == {a.tcp_address, b.tcp_address}, timeout=10)
+        await wait_for(lambda: set(c.connections) == {a.tcp_address, b.tcp_address}, timeout=30)
         await wait_for(lambda: len(got) == 2)
         assert c.total_rdy() == 10
         # b is tombstoned for the topic: lookupd hides it, the consumer lets go of it
         _post(f"http://{lookupd.http_address}/topic/tombstone?topic={topic}&node=127.0.0.1:{b.http_port}")
-        await wait_for(lambda: set(c.connections) == {a.tcp_address}, timeout=10)
+        await wait_for(lambda: set(c.connections) == {a.tcp_address}, timeout=30)
         assert c.total_rdy() == 10  # the whole budget is back on a
         # a dies: its connection goes, and lookupd stops listing it
         a.stop()
-        await wait_for(lambda: not c.connections, timeout=10)
+        await wait_for(lambda: not c.connections, timeout=30)
         assert c.total_rdy() == 0
 
 

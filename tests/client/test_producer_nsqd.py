@@ -115,7 +115,7 @@ async def test_round_robin_over_several_nsqd_and_failover(servers):
         await wait_for(lambda: len(p.connections) == 2)
         await asyncio.gather(*(p.pub(topic, b"x") for i in range(100)))
         a.stop()
-        await wait_for(lambda: len(p.connections) == 1, timeout=5)
+        await wait_for(lambda: len(p.connections) == 1, timeout=30)
         for _ in range(20):
             await p.pub(topic, b"y")
     # b got about half of the first 100 and all 20 after the failover

@@ -6,10 +6,12 @@ import time
 from typing import Any, Callable
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "",
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "",
              interval: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns something truthy, and return that; fail after
-    ``timeout`` seconds naming ``what`` and the last answer."""
+    ``timeout`` seconds naming ``what`` and the last answer. The default is far beyond what a
+    condition takes on a quiet machine (milliseconds to a few seconds): a deadline only ends a
+    test that failed anyway, and a busy machine must not end one that would pass."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

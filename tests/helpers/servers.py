@@ -69,7 +69,9 @@ def free_port() -> int:
         return port
 
 
-def wait_http_ok(url: str, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+def wait_http_ok(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Until ``url`` answers 200 (a server started: about a second on a quiet machine, several
+    on a busy one), or ``proc`` exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -108,7 +110,7 @@ class ServerProcess:
         except OSError:
             return ""
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:

@@ -87,7 +87,10 @@ class Wire:
         if rdy is not None:
             self.cmd(b"RDY", str(rdy))
 
-    def is_closed(self, timeout: float = 2.0) -> bool:
+    def is_closed(self, timeout: float = 10.0) -> bool:
+        """Whether the server closes the connection within ``timeout`` (what it sends before is
+        kept in ``pending``). The default suits a close that must come; a test that asserts the
+        connection stays open passes a short timeout of its own."""
         self.sock.settimeout(timeout)
         try:
             while True:
@@ -99,6 +102,23 @@ class Wire:
             return True
         except socket.timeout:
             return False
+
+    def nothing_arrived(self) -> bool:
+        """Whether no byte and no close is waiting on the socket (or in ``pending``), without
+        blocking: for
+        an order (another client answered before this one), which a busy machine cannot upset
+        the way it upsets a latency bound."""
+        if self.pending:
+            return False
+        previous = self.sock.gettimeout()
+        self.sock.setblocking(False)
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)  # a byte, or b"" for the close
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            self.sock.settimeout(previous)
 
     def close(self) -> None:
         self.sock.close()

@@ -66,7 +66,7 @@ def _write(node: Nsqd) -> Counter:
         wire.expect_ok()
         wire.mpub("held", [b"h1", b"h2"])
         # wait until the topic's pump has handed everything to the channels
-        wait_for(lambda: _depth(node, "t", "c2") == 13, timeout=10)
+        wait_for(lambda: _depth(node, "t", "c2") == 13, timeout=30)
     finally:
         wire.close()
     consumer = Wire(node.tcp_address)

@@ -131,7 +131,7 @@ def _client_lines(server, me: str, until: str) -> list[str]:
     """The log lines naming this client, timestamps cut, its address replaced by ADDR: once
     ``until`` is there and the log has been quiet a moment (a line of another goroutine may
     still come after it)."""
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while until.replace("ADDR", me) not in server.log() and time.monotonic() < deadline:
         time.sleep(0.05)
     seen = server.log()

@@ -86,7 +86,7 @@ class LookupdProcess:
             fh.seek(self._log_start)
             return fh.read().decode("utf-8", "replace")
 
-    def _wait_ready(self, timeout: float = 15.0) -> None:
+    def _wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -209,7 +209,7 @@ class V1Client:
         self.sock.close()
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "") -> Any:
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
     """Poll ``predicate`` until it returns a truthy value; AssertionError on timeout."""
     deadline = time.monotonic() + timeout
     last = None

@@ -115,7 +115,7 @@ def test_damaged_metadata_rebuilt_from_disk_queues(tmp_path, how):
         node = Nsqd(data, f"--lookupd-tcp-address={lookupd.tcp_address}")
         # every topic and channel registered with nsqlookupd, as if nsqd.dat had been read
         for topic, channels in TOPICS.items():
-            wait_for(lambda: _lookup(lookupd, topic) == channels, timeout=10, what=topic)
+            wait_for(lambda: _lookup(lookupd, topic) == channels, timeout=30, what=topic)
         got = asyncio.run(_consume_all(lookupd, sum(want.values())))
         assert got == want  # every message, once, on every channel (t1:c2 unpaused again)
         log = node.log()

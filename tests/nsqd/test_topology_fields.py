@@ -29,7 +29,7 @@ def get_json(address: str, path: str) -> dict:
 
 
 def wait_registered(lookupd: Nsqlookupd, topic: str) -> dict:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             doc = get_json(lookupd.http_address, f"/lookup?topic={topic}")

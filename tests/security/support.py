@@ -72,7 +72,7 @@ def make_certs(d: Path) -> Certs:
 
 # --- nsqd with TLS ---------------------------------------------------------------------------------
 
-def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

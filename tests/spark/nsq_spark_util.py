@@ -103,8 +103,10 @@ SRC = HERE.parent.parent / "src"
 
 
 def spark_env() -> None:
-    """Workers must run this interpreter (it has pyarrow and nsqpy), and must import nsqpy."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    """Workers must run this interpreter (it has pyarrow and nsqpy), and must import nsqpy;
+    through tests/spark/worker_python, so that they import pyspark with its cached bytecode."""
+    os.environ["NSQPY_WORKER_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = str(Path(__file__).with_name("worker_python"))
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = os.environ.get("PYTHONPATH", "")
     if str(SRC) not in path.split(os.pathsep):

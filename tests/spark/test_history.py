@@ -135,7 +135,7 @@ def test_streaming_starts_at_earliest(spark, nsqd_factory, tmp_path, mode):
 
     def progress() -> bool:
         rows = _rows(spark, out)
-        assert rows or time.monotonic() - started < 45, "no batch read anything in 45 s"
+        assert rows or time.monotonic() - started < 150, "no batch read anything in 150 s"
         return query.exception() is not None or rows >= n
 
     try:

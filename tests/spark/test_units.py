@@ -107,3 +107,52 @@ def test_pyspark_feature_flags_match_the_installed_version():
     assert _compat.PYSPARK_VERSION >= (4, 0)
     assert _compat.HAS_AVAILABLE_NOW == (_compat.PYSPARK_VERSION >= (4, 2))
     assert _compat._version("4.1.0.dev1") == (4, 1) and _compat._version("4.10.2") == (4, 10)
+
+
+class _Query:
+    """What the pipeline reads of a StreamingQuery: its name, its failure, stop()."""
+
+    def __init__(self, name: str, error: str | None = None) -> None:
+        self.name, self.error, self.stopped = name, error, False
+        self.isActive = error is None
+        self.status = {"message": "Waiting for data to arrive"}
+
+    def exception(self) -> str | None:
+        return self.error
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_pipeline_restarts_a_query_whose_python_worker_did_not_connect_back():
+    """Spark's fixed 10 s for the source's Python worker to connect back (a busy machine):
+    the query starts again from its checkpoint, at most RESTARTS times; other failures end it."""
+    from nsqpy.pipeline.run import RESTARTS, WORKER_CONNECT_BACK, StreamingJobs
+
+    late = f"org.apache.spark.SparkException: {WORKER_CONNECT_BACK}."
+    started: list[_Query] = []
+
+    def job(spark, cfg):
+        started.append(_Query("metrics", late if len(started) < RESTARTS else None))
+        return started[-1]
+
+    jobs = StreamingJobs()
+    jobs.start(job, None, None)
+    for _ in range(RESTARTS):
+        jobs.check()
+    assert len(started) == RESTARTS + 1 and jobs.names() == ["metrics"]
+    jobs.check()  # the last one runs
+    jobs.stop()
+    assert started[-1].stopped
+
+    broken = StreamingJobs()
+    broken.start(lambda spark, cfg: _Query("spam", "AnalysisException: no such column"), None, None)
+    with pytest.raises(RuntimeError, match="query spam failed: AnalysisException"):
+        broken.check()
+
+    stubborn = StreamingJobs()
+    stubborn.start(lambda spark, cfg: _Query("archive", late), None, None)
+    for _ in range(RESTARTS):
+        stubborn.check()
+    with pytest.raises(RuntimeError, match=WORKER_CONNECT_BACK):
+        stubborn.check()

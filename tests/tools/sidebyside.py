@@ -191,7 +191,7 @@ class Running:
     def stdout(self) -> bytes:
         return self.out_path.read_bytes()
 
-    def wait_for_stderr(self, predicate: Callable[[str], bool], timeout: float = 20.0) -> None:
+    def wait_for_stderr(self, predicate: Callable[[str], bool], timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if predicate(self.stderr()):

@@ -25,6 +25,7 @@ from typing import Callable
 
 import pytest
 
+from helpers.polling import wait_for
 from helpers.recording import recording
 from helpers.servers import ServerProcess, free_port, unique_name
 from helpers.upstream import live_only
@@ -67,6 +68,27 @@ def topic_messages(nsqd: NsqdAt, topic: str) -> int:
         if t["topic_name"] == topic:
             return int(t["message_count"])
     return 0
+
+
+def topic_channels(nsqd: NsqdAt, topic: str) -> list[dict]:
+    status, body = http("GET", f"http://{nsqd.http_address}/stats?format=json&topic={topic}")
+    assert status == 200, body
+    return [c for t in json.loads(body).get("topics") or () if t["topic_name"] == topic
+            for c in t.get("channels") or ()]
+
+
+def subscribed(nsqd: NsqdAt, topic: str) -> bool:
+    """A consumer's SUB reached nsqd (its channel has a client)."""
+    return any(c["clients"] for c in topic_channels(nsqd, topic))
+
+
+def worked_off(nsqd: NsqdAt, topic: str, n: int) -> bool:
+    """Every channel of the topic got ``n`` messages since nsqd started (counted by the channel:
+    upstream's topic counts a message before its pump hands it over) and its consumer FINished
+    them all."""
+    channels = topic_channels(nsqd, topic)
+    return bool(channels) and all(c["message_count"] >= n and c["depth"] == 0
+                                  and c["in_flight_count"] == 0 for c in channels)
 
 
 def ports(*servers: object) -> dict[str, str]:
@@ -180,24 +202,24 @@ ARGUMENT_CASES = [
 
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("tool, args", ARGUMENT_CASES, ids=[" ".join([t, *a]).replace(CLOSED, "CLOSED") for t, a in ARGUMENT_CASES])
 def test_argument_and_start_up_errors(tool, args):
-    """Same status, same stderr, at once: argument errors, names go-nsq refuses, addresses Go's
-    dialer refuses, an nsqd that refuses the connection."""
+    """Same status, same stderr, and an exit of its own: argument errors, names go-nsq refuses,
+    addresses Go's dialer refuses, an nsqd that refuses the connection. (How fast is not
+    asserted: Python's start-up alone took 5.6 s on a busy machine; a tool that retried instead
+    of exiting would be killed at run_once's timeout, code None.)"""
     def attempt(side: str) -> tuple:
-        out = run_once([binary(side, tool), *args], timeout=20)
+        out = run_once([binary(side, tool), *args], timeout=60)
         lines = out.lines({CLOSED: "CLOSED"})
         if side == "nsqpy":
             lines = without_extensions(tool, lines)
         return out.code, lines
 
     upstream = RECORDED.answer(None, lambda: attempt("upstream"))
-    started = time.monotonic()
     ours = attempt("nsqpy")
     assert upstream[0] is not None, upstream  # upstream exited by itself
     assert ours == upstream
-    assert time.monotonic() - started < 5  # at once (Python's start-up is the difference)
 
 
 @pytest.mark.timeout(90)
@@ -229,28 +251,30 @@ def test_start_up_refusals_from_a_live_nsqd(tool, args, tmp_path):
 # --- no nsqd --------------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("tool, args", [
     ("nsq_tail", ["--topic=t"]),
-    ("nsq_to_nsq", ["--topic=t", "--destination-nsqd-tcp-address=127.0.0.1:4150"]),
-    ("nsq_to_http", ["--topic=t", "--post=http://127.0.0.1:4151/x"]),
+    ("nsq_to_nsq", ["--topic=t", "--destination-nsqd-tcp-address={closed}"]),
+    ("nsq_to_http", ["--topic=t", "--post=http://{closed}/x"]),
     ("to_nsq", ["--topic=t"]),
 ])
 def test_refused_nsqd_is_fatal_at_once(tool, args):
+    """Fatal at the first refusal, without a retry: the tool exits of its own (how fast is not
+    asserted). The other addresses are closed ports too, never a cluster on the default ports."""
     refused = f"127.0.0.1:{free_port()}"
+    closed = f"127.0.0.1:{free_port()}"
+    args = [a.format(closed=closed) for a in args]
 
     def attempt(side: str) -> tuple:
         out = run_once([binary(side, tool), *args, f"--nsqd-tcp-address={refused}"],
-                       input=b"one\n", timeout=20)
-        return out.code, out.lines({refused: "REFUSED"})
+                       input=b"one\n", timeout=60)
+        return out.code, out.lines({refused: "REFUSED", closed: "CLOSED"})
 
     upstream = RECORDED.answer(None, lambda: attempt("upstream"))
-    started = time.monotonic()
     ours = attempt("nsqpy")
     assert upstream[0] == ours[0] == 1
     assert ours[1] == upstream[1]
     assert ours[1][-1] == "TS dial tcp REFUSED: connect: connection refused"
-    assert time.monotonic() - started < 5
 
 
 @pytest.mark.timeout(60)
@@ -323,7 +347,7 @@ def test_nsq_stat_cluster_errors(args, tmp_path):
                       extra=[f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"])
         try:
             create_channel(nsqd.http_address, "t", "c")
-            wait = time.monotonic() + 10
+            wait = time.monotonic() + 60
             while b"127.0.0.1" not in http("GET", f"http://{lookupd.http_address}/lookup?topic=t")[1]:
                 assert time.monotonic() < wait, "nsqd never registered"
                 time.sleep(0.05)
@@ -372,16 +396,16 @@ def _bounce(tool: str, side: str, nsqd_side: str, tmp: Path) -> tuple[int | None
         consumer_dials = f"] ({nsqd.tcp_address}) connecting to nsqd"
         try:
             run.wait_for_stderr(has_line(consumer_dials))
-            time.sleep(1.0)
+            wait_for(lambda: worked_off(nsqd, "t", 1), what="before FINished")  # e.g. synced
             pub(nsqd, "t", b"during")
-            time.sleep(0.8)
+            wait_for(lambda: worked_off(nsqd, "t", 2), what="before and during FINished")
             nsqd.stop()
             run.wait_for_stderr(has_line("error connecting to nsqd"))
             nsqd = nsqd.restart()
             run.wait_for_stderr(count_lines(consumer_dials, 3))
-            time.sleep(0.5)
+            wait_for(lambda: subscribed(nsqd, "t"), what="the tool's SUB after the restart")
             pub(nsqd, "t", b"after")
-            time.sleep(1.2)
+            wait_for(lambda: worked_off(nsqd, "t", 1), what="after FINished")
             outcome = run.finish(signal.SIGTERM)
         finally:
             run.kill()
@@ -459,7 +483,7 @@ def test_lookupd_going_away_keeps_the_connections(tmp_path):
                       extra=[f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"])
         try:
             pub(nsqd, "t", b"one")
-            wait = time.monotonic() + 10
+            wait = time.monotonic() + 60
             while b"127.0.0.1" not in http("GET", f"http://{lookupd.http_address}/lookup?topic=t")[1]:
                 assert time.monotonic() < wait, "nsqd never registered"
                 time.sleep(0.05)
@@ -472,7 +496,7 @@ def test_lookupd_going_away_keeps_the_connections(tmp_path):
                 lookupd.stop()
                 run.wait_for_stderr(count_lines("error querying nsqlookupd", 3))
                 pub(nsqd, "t", b"two")
-                time.sleep(0.5)
+                wait_for(lambda: run.stdout().endswith(b"two\n"), what="two on stdout")
                 out = run.finish(signal.SIGTERM)
             finally:
                 run.kill()
@@ -509,7 +533,7 @@ def test_to_nsq_nsqd_going_away_and_bouncing(tmp_path, restart):
                 assert run.proc.stdin is not None
                 run.proc.stdin.write(b"one\n")
                 run.proc.stdin.flush()
-                wait = time.monotonic() + 10
+                wait = time.monotonic() + 60
                 while topic_messages(nsqd, "t") < 1:
                     assert time.monotonic() < wait
                     time.sleep(0.05)
@@ -641,7 +665,7 @@ def test_nsq_to_file_topic_name_nsqd_would_refuse(tmp_path):
         "[nsq_to_file] TS.us ERROR: couldn't create logger for new topic bad!: invalid topic name"]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)  # two nsqd and 400 PUBs: 60 s was exceeded on a busy machine
 def test_nsq_tail_closed_stdout(tmp_path):
     """``nsq_tail ... | head -1``: Go's runtime dies of SIGPIPE; so do we (after handing the
     messages in flight back, which upstream does not)."""
@@ -658,7 +682,7 @@ def test_nsq_tail_closed_stdout(tmp_path):
                 assert proc.stdout is not None
                 proc.stdout.readline()
                 proc.stdout.close()
-                return proc.wait(20)
+                return proc.wait(60)
             finally:
                 if proc.poll() is None:
                     proc.kill()

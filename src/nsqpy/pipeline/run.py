@@ -252,7 +252,7 @@ def run_pipeline(
     cluster = None
     archiver: NsqToFile | None = None
     own_spark = spark is None
-    queries: list[Any] = []
+    queries = StreamingJobs()
     started = time.monotonic()
     deadline = started + timeout
     try:
@@ -284,8 +284,8 @@ def run_pipeline(
         nsqpy.spark.register(spark)
         jobs = (metrics_query, spam_query) if archiver is not None else (archive_query, metrics_query, spam_query)
         for start in jobs:
-            queries.append(start(spark, cfg))
-        _log(f"streaming queries started: {[q.name for q in queries]}")
+            queries.start(start, spark, cfg)
+        _log(f"streaming queries started: {queries.names()}")
 
         stream = ClickStream(events, seed=seed)
         published: dict[str, Any] = {}
@@ -295,7 +295,7 @@ def run_pipeline(
         _log(f"producer: {published}")
 
         def drained() -> bool:
-            _check(queries)
+            queries.check()
             if archiver is not None:
                 archiver.check()
             return not any(channel_backlog(nsqd_http, cfg.topic, CHANNELS).values())
@@ -308,7 +308,7 @@ def run_pipeline(
         result: dict[str, Any] = {}
 
         def agree() -> bool:
-            _check(queries)
+            queries.check()
             result.update(compare_metrics(spark, cfg, fmt))
             return bool(result["agree"])
 
@@ -326,7 +326,7 @@ def run_pipeline(
         got: dict[str, dict[str, Any]] = {}
 
         def alerts_in() -> bool:
-            _check(queries)
+            queries.check()
             for a in read_alerts(nsqd_tcp, cfg.alerts_topic, idle=1.0):
                 got[a["alert_id"]] = a
             return set(got) >= set(expected_alerts)
@@ -351,11 +351,7 @@ def run_pipeline(
     finally:
         if archiver is not None:
             archiver.stop()
-        for q in queries:
-            try:
-                q.stop()
-            except Exception:
-                pass
+        queries.stop()
         if own_spark and spark is not None:
             spark.stop()
         if cluster is not None:
@@ -378,10 +374,64 @@ def _history_comparison(spark: Any, cfg: PipelineConfig, fmt: str, retention: st
         raise
 
 
-def _check(queries: list[Any]) -> None:
-    for q in queries:
-        if q.exception() is not None:
-            raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+#: Spark 4 gives a streaming source's driver-side Python worker 10 s to connect back
+#: (PythonWorkerFactory.createSimpleWorker; a constant, no setting changes it). Its imports
+#: (pyspark, pyarrow) take 3 s on a quiet machine and more than 10 s on a busy one: the query
+#: then fails with these words, before any of its batches ran.
+WORKER_CONNECT_BACK = "Python worker failed to connect back"
+RESTARTS = 3  # per query
+INIT_WAIT = 60.0  # seconds a query may spend initializing its sources before the next starts
+
+
+class StreamingJobs:
+    """The pipeline's streaming queries, each with the job that starts it. A query that failed
+    only because Spark's Python worker did not connect back in time is started again from its
+    checkpoint (Spark's own recovery: it resumes where the checkpoint says), at most
+    :data:`RESTARTS` times; any other failure ends the run."""
+
+    def __init__(self) -> None:
+        self._jobs: list[tuple[Any, Any, PipelineConfig]] = []
+        self._queries: list[Any] = []
+        self._restarts: list[int] = []
+
+    def start(self, job: Any, spark: Any, cfg: PipelineConfig) -> None:
+        self._jobs.append((job, spark, cfg))
+        self._queries.append(_started(job, spark, cfg))
+        self._restarts.append(0)
+
+    def names(self) -> list[str]:
+        return [q.name for q in self._queries]
+
+    def check(self) -> None:
+        for i, query in enumerate(self._queries):
+            error = query.exception()
+            if error is None:
+                continue
+            if WORKER_CONNECT_BACK not in str(error) or self._restarts[i] >= RESTARTS:
+                raise RuntimeError(f"query {query.name} failed: {error}")
+            self._restarts[i] += 1
+            _log(f"query {query.name}: Spark's Python worker did not connect back in time; "
+                 f"starting it again from its checkpoint ({self._restarts[i]} of {RESTARTS})")
+            self._queries[i] = _started(*self._jobs[i])
+
+    def stop(self) -> None:
+        for query in self._queries:
+            try:
+                query.stop()
+            except Exception:
+                pass
+
+
+def _started(job: Any, spark: Any, cfg: PipelineConfig) -> Any:
+    """Start the job's query and wait until its sources are initialized (the source's Python
+    worker connected), failed, or INIT_WAIT passed: one such worker starts at a time, where
+    three at once on two busy cores each missed Spark's 10 s."""
+    query = job(spark, cfg)
+    deadline = time.monotonic() + INIT_WAIT
+    while (query.isActive and query.exception() is None and time.monotonic() < deadline
+           and query.status["message"] == "Initializing sources"):
+        time.sleep(0.2)
+    return query
 
 
 def _until(cond: Any, deadline: float, what: str, interval: float = 0.5) -> None:

@@ -136,13 +136,13 @@ def test_timeout_requeues_with_attempts_and_the_lease_is_forgotten_after_it(leas
     lease, got = lease_read(leased, "t/1/0", topic, "c", 20, msg_timeout=1000)
     assert lease["msg_timeout"] == 1000 and len(got) == 20
     # nobody is subscribed: the scan times them out all the same
-    wait_for(lambda: channel_stats(leased, topic, "c")["timeout_count"] == 20, timeout=5,
+    wait_for(lambda: channel_stats(leased, topic, "c")["timeout_count"] == 20, timeout=30,
              what="the lease's messages to time out")
     ch = channel_stats(leased, topic, "c")
     assert (ch["depth"], ch["in_flight_count"]) == (20, 0)
     lease, again = lease_read(leased, "t/1/0", topic, "c", 20)
     assert lease["state"] == "replay" and again == []  # the name still answers, holding nothing
-    wait_for(lambda: get_json(leased, "/leases")["leases"] == [], timeout=5, what="the lease forgotten")
+    wait_for(lambda: get_json(leased, "/leases")["leases"] == [], timeout=30, what="the lease forgotten")
     _, fresh = lease_read(leased, "t/2/0", topic, "c", 20)
     assert {m.attempts for m in fresh} == {2}
 
@@ -209,7 +209,7 @@ def test_touch_renews_the_whole_lease(leased):
     w.cmd(b"TOUCH", b"0" * 16)
     assert error_frame(w) == b"E_TOUCH_FAILED TOUCH 0000000000000000 failed ID not in flight"
     w.close()
-    wait_for(lambda: channel_stats(leased, topic, "c")["timeout_count"] == 5, timeout=5, what="timeouts")
+    wait_for(lambda: channel_stats(leased, topic, "c")["timeout_count"] == 5, timeout=30, what="timeouts")
 
 
 def test_replay_takes_a_lease_over_from_a_live_connection(leased):

@@ -87,8 +87,8 @@ def test_sigusr2_with_drain_timeout_keeps_the_rest_on_disk(tmp_path):
         Wire(node.tcp_address).mpub(topic, [b"a", b"b", b"c"])
         start = time.monotonic()
         node.proc.send_signal(signal.SIGUSR2)
-        assert node.proc.wait(10) == 0
-        assert 0.9 <= time.monotonic() - start <= 6.0
+        assert node.proc.wait(60) == 0  # the drain timeout ends it (the channel has nobody)
+        assert time.monotonic() - start >= 0.9  # not before the timeout
         assert "--drain-timeout reached" in node.log()
     finally:
         node.stop()

@@ -76,7 +76,7 @@ def _build_state(node, topic: str, eph_topic: str) -> list[Wire]:
     eph = Wire(node.tcp_address)
     eph.sub(eph_topic, "x#ephemeral", rdy=0)
     http(node, "POST", f"/pub?topic={eph_topic}", b"e")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:  # c2's message times out (1s) and goes back to its queue
         ch = {c["channel_name"]: c for t in stats(node)["topics"] if t["topic_name"] == topic
               for c in t["channels"]}

@@ -103,9 +103,10 @@ def test_msg_timeout_requeues_and_touch_extends(addr):
     sub.cmd(b"NOP")
     assert not sub.pending
     t0 = time.monotonic()
+    sub.sock.settimeout(60)  # due in about 1 s; a busy machine may be late
     m2 = sub.read_message()  # now it times out and comes back
     assert m2.id == m.id and m2.attempts == 2
-    assert 0.8 <= time.monotonic() - t0 <= 2.5
+    assert time.monotonic() - t0 >= 0.8  # the TOUCHes were honoured: not before its time
 
 
 def test_dpub_defers_delivery(addr):
@@ -140,22 +141,20 @@ def test_heartbeats_and_read_timeout(addr):
     frame = w.read_frame(skip_heartbeats=False)
     assert frame.data == b"_heartbeat_"
     # stay silent: nsqd drops a client after two missed heartbeats
-    t0 = time.monotonic()
-    assert w.is_closed(5.0)
-    assert time.monotonic() - t0 < 4.5
+    assert w.is_closed(60.0)  # due at 2 x 1 s; far beyond it, a client left open would fail
 
 
 def test_heartbeat_answered_keeps_connection(addr):
     w = Wire(addr)
     w.identify(heartbeat_interval=1000)
-    deadline = time.monotonic() + 3.2
+    deadline = time.monotonic() + 60  # three are due within about 3 s
     beats = 0
-    while time.monotonic() < deadline:
+    while beats < 3 and time.monotonic() < deadline:  # past the 2 s read deadline
         frame = w.read_frame(skip_heartbeats=False)
         if frame.data == b"_heartbeat_":
             beats += 1
             w.cmd(b"NOP")
-    assert beats >= 2
+    assert beats >= 3
     w.pub(unique_name(), b"still alive")
 
 

@@ -178,8 +178,9 @@ def test_req_timeouts_upstream_accepts(nsqd_factory):
     assert m.attempts == 3
     started = time.monotonic()
     w.send(b"REQ " + m.id + b" 99999999999\n")  # past --max-req-timeout: clamped to it
+    w.sock.settimeout(60)
     m = w.read_message()
-    assert 1.5 < time.monotonic() - started < 5
+    assert 1.5 < time.monotonic() - started < 60  # clamped: the asked delay is 3 years
     log = node.log()
     assert "REQ timeout -1000000 out of range 0-2000000000. Setting to 0" in log
     assert "REQ timeout 99999999999000000 out of range 0-2000000000. Setting to 2000000000" in log
@@ -199,7 +200,7 @@ def test_identify_numbers_that_do_not_fit_go_types(addr, fields):
 
 # --- issue #10 item 7: the connection's log lines, as upstream writes them ------------------------
 
-def _wait_log(node, text: str, timeout: float = 5.0) -> str:
+def _wait_log(node, text: str, timeout: float = 30.0) -> str:
     deadline = time.monotonic() + timeout
     while True:
         log = node.log()
@@ -247,7 +248,7 @@ def test_close_before_magic_is_logged(logged_nsqd):
     before = logged_nsqd.log().count("failed to read protocol version - unexpected EOF")
     w = Wire(logged_nsqd.tcp_address, magic=b"  ")
     w.close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while logged_nsqd.log().count("failed to read protocol version - unexpected EOF") == before:
         assert time.monotonic() < deadline
         time.sleep(0.05)
