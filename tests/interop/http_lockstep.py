@@ -218,6 +218,11 @@ def explain(upstream: tuple, ours: tuple) -> str:
                 lines = [line for line in difflib.unified_diff(
                     a.splitlines(), b.splitlines(), "upstream", "ours", n=0, lineterm="")][2:8]
                 return f"{name}: " + " | ".join(lines)
+            if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+                only_a = [x for x in a if x not in b]
+                only_b = [x for x in b if x not in a]
+                return (f"{name}: only upstream's {str(only_a)[:600]} / only ours {str(only_b)[:600]}"
+                        if only_a or only_b else f"{name}: the same parts in another order")
             return f"{name}: upstream {str(a)[:300]} / ours {str(b)[:300]}"
     return ""
 
