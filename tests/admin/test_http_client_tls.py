@@ -4,8 +4,9 @@ The nsqd requires TLS (``--tls-required=true``: its plain HTTP port answers 403 
 ``https_port``) and a client certificate signed by the test CA
 (``--tls-client-auth-policy=require-verify``). nsqadmin follows the 403 to HTTPS, as upstream's
 HTTP client does, and presents the certificate given by the flags. Certificates are made for
-the test with the openssl CLI. Where upstream's nsqadmin is built, it is given the same flags and
-must answer the same, start-up refusals included.
+the test with the openssl CLI. Upstream's nsqadmin is given the same flags and must answer the
+same, start-up refusals included: live where its binaries are (``NSQ_UPSTREAM_BIN``), else as
+recorded (``tests/recordings/http/`` and ``exits/test_http_client_tls.json``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from admin.admin_util import NsqAdmin, request, wait_until
-from admin.upstream_util import HAVE_UPSTREAM, UPSTREAM_BIN, UpstreamNsqAdmin, answer, \
-    canonical, same_answer
+from admin.upstream_util import HAVE_UPSTREAM, UpstreamNsqAdmin, answer, canonical, same_answer
 from helpers.recording import recording
 from helpers.servers import VENV_BIN, Nsqlookupd
+from helpers.upstream import upstream_binary
 from security.support import OPENSSL, SecureNsqd, make_certs
 
 pytestmark = [pytest.mark.timeout(90),
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.timeout(90),
 
 TOPIC = "tls_topic"
 RECORDED = recording("http", "test_http_client_tls")
+RECORDED_EXITS = recording("exits", "test_http_client_tls")  # nsqadmin's start-up refusals
 
 
 def https_post(nsqd: SecureNsqd, ctx, path: str, body: bytes = b"") -> None:
@@ -134,27 +136,35 @@ def test_insecure_skip_verify_needs_no_ca(secure, admin):
 @pytest.mark.parametrize("ca, cert", [(True, False), (False, True)],
                          ids=["no client certificate", "server not trusted"])
 def test_without_what_nsqd_requires_the_node_cannot_be_read(secure, admin, ca, cert):
+    """The same refusal as upstream's nsqadmin (live, or as recorded), nsqd's ports by role."""
     lookupd, nsqd, certs = secure
-    adm = admin(f"--nsqd-http-address={nsqd.http_address}", *client_flags(certs, ca, cert))
-    resp = request(f"{adm.url}/api/topics/{TOPIC}")
-    assert resp.status == 502
-    message = resp.json()["message"]
-    assert message.startswith("UPSTREAM_ERROR: failed to query any nsqd: Get \"https://")
-    assert str(nsqd.https_port) in message
-    if HAVE_UPSTREAM:
-        theirs = admin(f"--nsqd-http-address={nsqd.http_address}",
-                       *client_flags(certs, ca, cert), upstream=True)
-        other = request(f"{theirs.url}/api/topics/{TOPIC}")
-        assert other.status == resp.status
-        if cert:
-            assert other.json() == resp.json()
-        else:  # refused mid-handshake: the alert nsqd sends (TLS 1.3: OpenSSL's
-            # certificate_required, docs/security.md), or EOF / a reset as the timing goes
-            theirs_text = other.json()["message"]
-            assert theirs_text.split('": ')[0] == message.split('": ')[0]
-            assert theirs_text.endswith((": EOF", "connection reset by peer",
-                                         "remote error: tls: certificate required",
-                                         "remote error: tls: bad certificate"))
+    flags = [f"--nsqd-http-address={nsqd.http_address}", *client_flags(certs, ca, cert)]
+
+    def refusal(upstream: bool) -> tuple[int, dict]:
+        resp = request(f"{admin(*flags, upstream=upstream).url}/api/topics/{TOPIC}")
+        doc = resp.json()
+        for port, role in ((nsqd.https_port, "<nsqd-https>"), (nsqd.http_port, "<nsqd-http>")):
+            doc["message"] = doc["message"].replace(f"127.0.0.1:{port}", role)
+        return resp.status, doc
+
+    def stable(answer: tuple[int, dict]) -> tuple[int, dict]:
+        """What of a refusal is the same on every run: refused mid-handshake (no client
+        certificate), the request that failed but not how it ended, which is the alert nsqd
+        sends (TLS 1.3: OpenSSL's certificate_required, docs/security.md), or EOF or a reset
+        as the timing goes."""
+        status, doc = answer
+        return status, doc if cert else doc | {"message": doc["message"].split('": ')[0]}
+
+    theirs = RECORDED.answer(None, lambda: refusal(True), kept=stable)
+    ours = refusal(False)
+    assert ours[0] == 502
+    assert ours[1]["message"].startswith(
+        'UPSTREAM_ERROR: failed to query any nsqd: Get "https://<nsqd-https>/'), ours
+    assert stable(ours) == stable(theirs)
+    if RECORDED.live and not cert:  # (how upstream's ended: seen live only)
+        assert theirs[1]["message"].endswith((": EOF", "connection reset by peer",
+                                              "remote error: tls: certificate required",
+                                              "remote error: tls: bad certificate")), theirs
 
 
 def test_same_answers_as_upstream_over_https(secure, admin):
@@ -221,9 +231,25 @@ def startup_cases(certs, tmp: Path) -> list[tuple[list[str], str]]:
 
 
 def test_startup_refusals(secure, tmp_path):
+    """Upstream's nsqadmin (live, or as recorded in ``tests/recordings/exits/``) refuses each
+    with the same status and FATAL text, the certificates' and the test's directories masked."""
     _, _, certs = secure
-    for flags, message in startup_cases(certs, tmp_path):
-        code, text = fatal_line(VENV_BIN / "nsqadmin", flags)
-        assert (code, text) == (1, f"failed to instantiate nsqadmin - {message}"), flags
-        if HAVE_UPSTREAM:
-            assert fatal_line(UPSTREAM_BIN / "nsqadmin", flags) == (code, text), flags
+    cases = startup_cases(certs, tmp_path)
+
+    def masked(text: str) -> str:
+        return text.replace(str(certs.dir), "<certs>").replace(str(tmp_path), "<tmp>")
+
+    def refusals(binary: Path) -> dict[str, tuple[int, str]]:
+        out = {}
+        for flags, _ in cases:
+            code, text = fatal_line(binary, flags)
+            out[masked(" ".join(flags))] = (code, masked(text))
+        return out
+
+    upstream = RECORDED_EXITS.answer(None, lambda: refusals(Path(upstream_binary("nsqadmin"))))
+    ours = refusals(VENV_BIN / "nsqadmin")
+    for flags, message in cases:
+        case = masked(" ".join(flags))
+        assert ours[case] == (1, masked(f"failed to instantiate nsqadmin - {message}")), flags
+        assert case in upstream, f"{case}: not recorded; `make record-upstream` (docs/testing.md)"
+        assert ours[case] == upstream[case], flags

@@ -28,11 +28,10 @@ from typing import Any, Callable
 from admin.admin_util import NotificationSink, NsqAdmin
 from helpers.recording import Recording, current_test, encode
 from helpers.servers import Nsqd, Nsqlookupd, ServerProcess, free_port
-from helpers.upstream import have, skip_reason, upstream_dir
+from helpers.upstream import have, upstream_dir
 
 UPSTREAM_BIN = upstream_dir()
 HAVE_UPSTREAM = have("nsqd", "nsqadmin")
-SKIP_REASON = skip_reason("nsqd", "nsqadmin")
 
 #: response headers whose presence and value must match (names compared case-insensitively)
 HEADERS = ("content-type", "x-nsq-content-type", "location", "allow", "content-encoding")

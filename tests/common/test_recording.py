@@ -36,10 +36,26 @@ def test_multisets_are_stored_in_one_order():
 
 def test_a_file_holds_one_sorted_line_per_case(tmp_path):
     rec = recording.Recording(tmp_path / "kind" / "mod.json")
-    rec.cases = {"b: two": '{"$b":"x"}', "a": "[1]"}
+    rec.record("b: two", '{"$b":"x"}')
+    rec.record("a", "[1]")
     rec.write()
     assert (tmp_path / "kind" / "mod.json").read_text() == '{\n"a":[1],\n"b: two":{"$b":"x"}\n}\n'
     assert recording.Recording(tmp_path / "kind" / "mod.json").cases == rec.cases
+
+
+def test_processes_recording_one_module_add_to_each_other(tmp_path):
+    """Two xdist workers ran tests of one module (its serial tests apart): each writes its own
+    cases and keeps the other's, whichever writes last; a case both recorded is the newer."""
+    path = tmp_path / "kind" / "mod.json"
+    first, second = recording.Recording(path), recording.Recording(path)
+    first.record("a", "1")
+    first.record("both", '"first"')
+    second.record("b", "2")
+    first.write()
+    second.write()
+    second.record("both", '"second"')
+    second.write()
+    assert recording.Recording(path).cases == {"a": "1", "b": "2", "both": '"second"'}
 
 
 def test_the_closing_lines_count_tests_not_answers():

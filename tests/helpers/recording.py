@@ -20,6 +20,7 @@ Each test that compared ours with a recording (or, live, with upstream) notes it
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -118,13 +119,8 @@ class Recording:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.cases: dict[str, str] = {}  # case -> its JSON line
-        self.dirty = False
-        if path.exists():
-            read_key = json.JSONDecoder().raw_decode
-            for line in path.read_text().splitlines()[1:-1]:
-                key, end = read_key(line)
-                self.cases[key] = line.rstrip(",")[end + 1:]
+        self.cases: dict[str, str] = _parse(path.read_text()) if path.exists() else {}
+        self.recorded: dict[str, str] = {}  # the cases this process recorded, not yet written
 
     @property
     def live(self) -> bool:
@@ -144,8 +140,7 @@ class Recording:
             value = produce()
             line = _line(kept(value) if kept else value)
             if recording_mode():
-                self.cases[case] = line
-                self.dirty = True
+                self.record(case, line)
             elif case in self.cases and self.cases[case] != line:
                 _note(STALE, where)
             _note(LIVE, where)
@@ -156,10 +151,36 @@ class Recording:
         _note(REPLAYED, where)
         return decode(json.loads(self.cases[case]))
 
+    def record(self, case: str, line: str) -> None:
+        """Upstream's answer for ``case`` (a JSON line), to be written by ``write``."""
+        self.cases[case] = line
+        self.recorded[case] = line
+
     def write(self) -> None:
+        """The cases recorded here, merged into the file as it is now, under a lock: the tests
+        of one module can run in several processes (each xdist worker ends with its own
+        ``write``; a module's serial tests run apart from the rest), and each must add its
+        cases to the others', not write its own over them."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = ",\n".join(f"{json.dumps(k)}:{v}" for k, v in sorted(self.cases.items()))
-        self.path.write_text("{\n" + body + "\n}\n")
+        with open(self.path, "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # (released when the file is closed)
+            fh.seek(0)
+            self.cases = _parse(fh.read()) | self.recorded
+            fh.seek(0)
+            fh.truncate()
+            body = ",\n".join(f"{json.dumps(k)}:{v}" for k, v in sorted(self.cases.items()))
+            fh.write("{\n" + body + "\n}\n")
+        self.recorded.clear()
+
+
+def _parse(text: str) -> dict[str, str]:
+    """A recording's text as case -> its JSON line (as ``Recording.write`` lays them out)."""
+    cases = {}
+    read_key = json.JSONDecoder().raw_decode
+    for line in text.splitlines()[1:-1]:
+        key, end = read_key(line)
+        cases[key] = line.rstrip(",")[end + 1:]
+    return cases
 
 
 def recording(kind: str, name: str) -> Recording:
@@ -174,9 +195,8 @@ def recording(kind: str, name: str) -> Recording:
 def write_recorded() -> None:
     """At the end of the session (each xdist worker's): the files that got new answers."""
     for rec in Recording._open.values():
-        if rec.dirty:
+        if rec.recorded:
             rec.write()
-            rec.dirty = False
 
 
 def counts(reports) -> dict[str, int]:

@@ -46,11 +46,6 @@ def have(*names: str) -> bool:
     return all(upstream_path(n) is not None for n in names)
 
 
-def requires(*names: str) -> pytest.MarkDecorator:
-    """A skipif mark for a module or test that runs upstream's ``names`` side by side."""
-    return pytest.mark.skipif(not have(*names), reason=skip_reason(*names))
-
-
 def live_only(why: str) -> str:
     """The skip reason of a side-by-side test that has no recorded form, and ``why``: it needs
     upstream's binaries running (a server ours talks to), not just their answers."""

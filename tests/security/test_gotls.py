@@ -3,7 +3,8 @@ Python (common/gotls.py): certificates made the ways operators make them (helper
 openssl's defaults, a CA whose basicConstraints is not critical, a CA file holding an
 intermediate, a self-signed leaf), which Python 3.13's ``ssl.create_default_context()`` refuses
 in part, and two that Go refuses. Go's verdicts come from Go itself (the oracle) where ``go`` is
-installed; the utilities run side by side with upstream's where its binaries are.
+installed; the utilities are compared with upstream's (its binaries live, or what they did as
+recorded in ``tests/recordings/tls/test_gotls.json``).
 
 ``make test`` runs this module on every CPython it finds (3.11, 3.12, 3.13; docs/testing.md).
 """
@@ -22,15 +23,17 @@ import pytest
 
 from helpers.certs import OPENSSL, CertKind, make_kinds
 from helpers.polling import wait_for
+from helpers.recording import recording
 from helpers.servers import unique_name
 from security.support import SecureNsqd
-from tools.sidebyside import SIDES, SKIP_REASON, UPSTREAM, Running, binary, run_once
+from tools.sidebyside import Running, binary, run_once
 from tools.tool_util import files_under, http
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(OPENSSL is None, reason="needs the openssl command")]
 
 ACCEPTED = ("openssl-defaults", "noncritical-ca", "intermediate-root", "self-signed-leaf")
+RECORDED = recording("tls", "test_gotls")  # upstream's utilities over TLS: status and output
 
 
 @pytest.fixture(scope="module")
@@ -151,35 +154,40 @@ def _tls_opts(kind: CertKind) -> list[str]:
     return ["--consumer-opt=tls_v1,true", f"--consumer-opt=tls_root_ca_file,{kind.roots}"]
 
 
-def _side(side: str) -> None:
-    if side == "upstream" and UPSTREAM is None:
-        pytest.skip(SKIP_REASON)
+def upstream_and_ours(attempt: Callable[[str], tuple]) -> tuple[tuple, tuple]:
+    """``attempt(side)`` -> ``(status, output, stderr)`` for upstream's utility (live, or its
+    status and output as recorded) and for ours."""
+    upstream = RECORDED.answer(None, lambda: attempt("upstream"), kept=lambda up: up[:2])
+    return upstream, attempt("nsqpy")
 
 
-@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("name", ACCEPTED)
-def test_nsq_tail_over_tls(kinds, servers, side, name):
-    _side(side)
-    node, topic = servers[name], unique_name("tail")
-    assert http("POST", f"http://{node.http_address}/pub?topic={topic}", b"over tls")[0] == 200
-    outcome = run_once([binary(side, "nsq_tail"), f"--topic={topic}",
-                        f"--nsqd-tcp-address={node.tcp_address}", "--n=1", *_tls_opts(kinds[name])],
-                       timeout=30)
-    assert (outcome.code, outcome.stdout) == (0, b"over tls\n"), outcome.stderr
+def test_nsq_tail_over_tls(kinds, servers, name):
+    def attempt(side: str) -> tuple:
+        node, topic = servers[name], unique_name("tail")
+        assert http("POST", f"http://{node.http_address}/pub?topic={topic}", b"over tls")[0] == 200
+        outcome = run_once([binary(side, "nsq_tail"), f"--topic={topic}",
+                            f"--nsqd-tcp-address={node.tcp_address}", "--n=1",
+                            *_tls_opts(kinds[name])], timeout=30)
+        return outcome.code, outcome.stdout, outcome.stderr
+
+    upstream, ours = upstream_and_ours(attempt)
+    assert ours[:2] == upstream[:2] == (0, b"over tls\n"), (ours[2], upstream[2:])
 
 
-@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("name", ACCEPTED)
-def test_nsq_to_file_over_tls(kinds, servers, side, name, tmp_path):
-    _side(side)
-    node, topic, out = servers[name], unique_name("file"), tmp_path / "out"
-    assert http("POST", f"http://{node.http_address}/pub?topic={topic}", b"archived")[0] == 200
-    running = Running([binary(side, "nsq_to_file"), f"--topic={topic}", f"--output-dir={out}",
-                       f"--nsqd-tcp-address={node.tcp_address}", *_tls_opts(kinds[name])],
-                      tmp_path / "logs")
-    try:
-        wait_for(lambda: files_under(out), timeout=30, what="nsq_to_file's file")
-    finally:
-        outcome = running.finish(signal.SIGTERM)
-    assert outcome.code == 0, outcome.stderr
-    assert [f.read_bytes() for f in files_under(out)] == [b"archived\n"], outcome.stderr
+def test_nsq_to_file_over_tls(kinds, servers, name, tmp_path):
+    def attempt(side: str) -> tuple:
+        node, topic, out = servers[name], unique_name("file"), tmp_path / side
+        assert http("POST", f"http://{node.http_address}/pub?topic={topic}", b"archived")[0] == 200
+        running = Running([binary(side, "nsq_to_file"), f"--topic={topic}", f"--output-dir={out}",
+                           f"--nsqd-tcp-address={node.tcp_address}", *_tls_opts(kinds[name])],
+                          tmp_path / f"{side}-logs")
+        try:
+            wait_for(lambda: files_under(out), timeout=30, what=f"{side}'s nsq_to_file's file")
+        finally:
+            outcome = running.finish(signal.SIGTERM)
+        return outcome.code, [f.read_bytes() for f in files_under(out)], outcome.stderr
+
+    upstream, ours = upstream_and_ours(attempt)
+    assert ours[:2] == upstream[:2] == (0, [b"archived\n"]), (ours[2], upstream[2:])

@@ -15,7 +15,8 @@ import orjson
 import pytest
 
 from helpers.polling import wait_for
-from helpers.upstream import requires, upstream_binary
+from helpers.recording import recording
+from helpers.upstream import upstream_binary
 from helpers.wire import Wire
 from nsqpy.protocol.frames import FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE
 from security.support import AuthServer, SecureNsqd, grant
@@ -35,6 +36,7 @@ SECRETS = {
     "node": [{"topic": ".*", "channels": [".*"], "permissions": BOTH}],
 }
 REFUSED = "refused"  # the auth server answers 403 for it
+RECORDED = recording("http", "test_http_auth")  # upstream's answers to its own routes
 
 AUTH_REQUIRED = (401, {"message": "AUTH_REQUIRED"})
 AUTH_FAILED = (403, {"message": "AUTH_FAILED"})
@@ -436,27 +438,31 @@ SAME_AS_UPSTREAM = [
 ]
 
 
-@requires("nsqd")
 @pytest.mark.parametrize("secret", [None, "node", REFUSED])
 def test_upstreams_routes_answer_as_upstream_with_the_auth_server_set(tmp_path, auth, secret):
     """Default flags but --auth-http-address: with no header, a granted or a refused secret,
-    each of upstream's routes gives upstream's status, body and content type, and neither
+    each of upstream's routes gives upstream's status, body and content type (upstream's nsqd
+    live, else as recorded in ``tests/recordings/http/test_http_auth.json``), and neither
     nsqd asks the auth server anything."""
-    nodes = {}
-    try:
-        for side, binary in (("ours", None), ("up", upstream_binary("nsqd"))):
-            nodes[side] = SecureNsqd(tmp_path / side, f"--auth-http-address={auth.address}",
-                                     binary=binary)
-        asked = len(auth.requests)
-        for method, target, *body in SAME_AS_UPSTREAM:
+
+    def answers(side: str, binary: str | None) -> tuple[dict[str, tuple], int]:
+        """Each route's (status, content type, body), and how often the auth server was asked."""
+        node = SecureNsqd(tmp_path / side, f"--auth-http-address={auth.address}", binary=binary)
+        try:
+            asked = len(auth.requests)
             got = {}
-            for side, node in nodes.items():
+            for method, target, *body in SAME_AS_UPSTREAM:
                 status, headers, data = call(node, method, target, secret, *body)
                 if target.startswith("/stats"):  # (its start time differs by a second or so)
                     data = {k: v for k, v in orjson.loads(data).items() if k != "start_time"}
-                got[side] = (status, headers.get("Content-Type"), data)
-            assert got["ours"] == got["up"], (method, target)
-        assert len(auth.requests) == asked
-    finally:
-        for node in nodes.values():
+                got[f"{method} {target}"] = (status, headers.get("Content-Type"), data)
+            return got, len(auth.requests) - asked
+        finally:
             node.stop()
+
+    upstream, up_asked = RECORDED.answer(None, lambda: answers("up", upstream_binary("nsqd")))
+    ours, our_asked = answers("ours", None)
+    for route, mine in ours.items():
+        assert route in upstream, f"{route}: not recorded; `make record-upstream` (docs/testing.md)"
+        assert mine == upstream[route], route
+    assert (our_asked, up_asked) == (0, 0)

@@ -4,10 +4,10 @@
 ``require`` (no certificate). Before, nsqd closed without an alert and clients reported an
 unexpected EOF instead of the certificate error.
 
-What the client's OpenSSL reports is compared with upstream's nsqd (``NSQ_UPSTREAM_BIN``) case
-by case; without upstream's binary our outcomes are pinned. One difference remains: at TLS 1.3 a
-client sending no certificate gets ``certificate_required`` (OpenSSL encrypts that alert itself;
-Go sends ``bad_certificate``), see docs/security.md.
+What the client's OpenSSL reports is compared with upstream's nsqd case by case (its binary
+live, ``NSQ_UPSTREAM_BIN``, or as recorded in ``tests/recordings/tls/test_tls_alerts.json``).
+One difference remains: at TLS 1.3 a client sending no certificate gets ``certificate_required``
+(OpenSSL encrypts that alert itself; Go sends ``bad_certificate``), see docs/security.md.
 """
 
 from __future__ import annotations
@@ -16,13 +16,18 @@ import json
 import socket
 import ssl
 import struct
+from typing import Callable, TypeVar
 
 import pytest
 
-from helpers.upstream import upstream_dir
+from helpers.polling import wait_for
+from helpers.recording import recording
+from helpers.upstream import upstream_binary
 from security.support import SecureNsqd
 
 pytestmark = pytest.mark.timeout(120)
+RECORDED = recording("tls", "test_tls_alerts")  # what OpenSSL reported of upstream's nsqd
+T = TypeVar("T")
 
 I32 = struct.Struct(">i").pack
 BAD_CERTIFICATE = "SSLV3_ALERT_BAD_CERTIFICATE"
@@ -34,16 +39,6 @@ CASES = [  # policy, client certificate, version
 ]
 # ours where it differs from upstream's bad_certificate (docs/security.md)
 KNOWN = {(None, "tls1.3"): "TLSV13_ALERT_CERTIFICATE_REQUIRED"}
-
-
-def _nodes(tmp_path, certs, policy: str) -> dict[str, SecureNsqd]:
-    flags = [f"--tls-client-auth-policy={policy}", f"--tls-root-ca-file={certs.ca}"]
-    nodes = {"us": SecureNsqd(tmp_path / f"us-{policy}", *flags, certs=certs)}
-    up = upstream_dir()
-    if up is not None and (up / "nsqd").exists():
-        nodes["up"] = SecureNsqd(tmp_path / f"up-{policy}", *flags, certs=certs,
-                                 binary=str(up / "nsqd"))
-    return nodes
 
 
 def _outcome(sock: socket.socket, ctx: ssl.SSLContext) -> str:
@@ -79,55 +74,78 @@ def _https(node: SecureNsqd, ctx: ssl.SSLContext) -> str:
     return _outcome(socket.create_connection(("127.0.0.1", node.https_port), timeout=5), ctx)
 
 
+def _on(nsqd: Callable[[str | None], SecureNsqd], what: Callable[[SecureNsqd], T],
+        binary: str | None = None) -> T:
+    """``what`` asked of a node that ``nsqd(binary)`` starts (upstream's with its binary), stopped
+    after."""
+    node = nsqd(binary)
+    try:
+        return what(node)
+    finally:
+        node.stop()
+
+
+def _alerts(node: SecureNsqd, certs, policy: str) -> dict[tuple, str]:
+    """What OpenSSL reports for each case of ``policy``, on each listener."""
+    out = {}
+    for _, cert, version in (c for c in CASES if c[0] == policy):
+        ctx = certs.client_context(cert)
+        ctx.minimum_version = ctx.maximum_version = VERSIONS[version]
+        for listener in (_tcp, _https):
+            out[(cert, version, listener.__name__)] = listener(node, ctx)
+    return out
+
+
 @pytest.mark.parametrize("policy", ["require-verify", "require"])
 def test_refused_certificate_alerts(tmp_path, certs, policy):
-    nodes = _nodes(tmp_path, certs, policy)
-    try:
-        for _, cert, version in (c for c in CASES if c[0] == policy):
-            ctx = certs.client_context(cert)
-            ctx.minimum_version = ctx.maximum_version = VERSIONS[version]
-            for listener in (_tcp, _https):
-                got = {side: listener(node, ctx) for side, node in nodes.items()}
-                where = (policy, cert, version, listener.__name__)
-                if cert == "client":
-                    assert got["us"] == "ok", where
-                else:
-                    assert got["us"] == KNOWN.get((cert, version), BAD_CERTIFICATE), (where, got)
-                if "up" in got:
-                    expected = got["up"]
-                    if cert != "client":
-                        assert expected == BAD_CERTIFICATE, (where, got)
-                    assert KNOWN.get((cert, version), expected) == got["us"], (where, got)
-        # the log keeps OpenSSL's reason, not the EOF after the alert
-        from helpers.polling import wait_for
+    flags = [f"--tls-client-auth-policy={policy}", f"--tls-root-ca-file={certs.ca}"]
 
+    def nsqd(binary: str | None) -> SecureNsqd:
+        side = "up" if binary else "us"
+        return SecureNsqd(tmp_path / f"{side}-{policy}", *flags, certs=certs, binary=binary)
+
+    upstream = RECORDED.answer(None, lambda: _on(nsqd, lambda node: _alerts(node, certs, policy),
+                                                 upstream_binary("nsqd")))
+    node = nsqd(None)
+    try:
+        ours = _alerts(node, certs, policy)
+        assert ours.keys() == upstream.keys()
+        for where, got in ours.items():
+            cert, version, _ = where
+            if cert == "client":
+                assert got == upstream[where] == "ok", (where, got, upstream[where])
+            else:  # upstream's, but where ours differs on purpose
+                assert upstream[where] == BAD_CERTIFICATE, (where, upstream[where])
+                assert got == KNOWN.get((cert, version), upstream[where]), (where, got)
+        # the log keeps OpenSSL's reason, not the EOF after the alert
         expected = ["IDENTIFY failed [SSL: PEER_DID_NOT_RETURN_A_CERTIFICATE]"]
         if policy == "require-verify":
             expected.append("IDENTIFY failed [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify "
                             "failed: self-signed certificate")
-        wait_for(lambda: all(line in nodes["us"].log() for line in expected), what=expected)
+        wait_for(lambda: all(line in node.log() for line in expected), what=expected)
     finally:
-        for node in nodes.values():
-            node.stop()
+        node.stop()
 
 
 def test_refused_version_alert_as_upstream(tmp_path, certs):
     """Any failed handshake sends OpenSSL's alert now, not only a refused certificate: a
     TLS 1.2 client of a --tls-min-version=tls1.3 nsqd hears protocol_version, as from Go."""
-    flags = ["--tls-min-version=tls1.3"]
-    nodes = {"us": SecureNsqd(tmp_path / "us", *flags, certs=certs)}
-    up = upstream_dir()
-    if up is not None and (up / "nsqd").exists():
-        nodes["up"] = SecureNsqd(tmp_path / "up", *flags, certs=certs, binary=str(up / "nsqd"))
-    try:
-        for side, node in nodes.items():
-            for listener in (_tcp, _https):
-                ctx = certs.client_context()
-                ctx.maximum_version = ssl.TLSVersion.TLSv1_2
-                assert listener(node, ctx) == "TLSV1_ALERT_PROTOCOL_VERSION", (side, listener)
-    finally:
-        for node in nodes.values():
-            node.stop()
+
+    def nsqd(binary: str | None) -> SecureNsqd:
+        return SecureNsqd(tmp_path / ("up" if binary else "us"), "--tls-min-version=tls1.3",
+                          certs=certs, binary=binary)
+
+    def alerts(node: SecureNsqd) -> dict[str, str]:
+        out = {}
+        for listener in (_tcp, _https):
+            ctx = certs.client_context()
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+            out[listener.__name__] = listener(node, ctx)
+        return out
+
+    upstream = RECORDED.answer(None, lambda: _on(nsqd, alerts, upstream_binary("nsqd")))
+    ours = _on(nsqd, alerts)
+    assert ours == upstream == {name: "TLSV1_ALERT_PROTOCOL_VERSION" for name in ("_tcp", "_https")}
 
 
 def test_tcp_upgrade_closes_right_after_the_alert(tmp_path, certs):
@@ -150,8 +168,6 @@ def test_tcp_upgrade_closes_right_after_the_alert(tmp_path, certs):
         assert got[:1] == b"\x15" and len(got) == 7, got  # one fatal alert record, then EOF
         assert time.monotonic() - started < 2.0  # the handshake deadline is 5 s
         sock.close()
-        from helpers.polling import wait_for
-
         wait_for(lambda: "IDENTIFY failed [SSL: UNEXPECTED_MESSAGE]" in node.log(),
                  what="the handshake's failure logged")
     finally:

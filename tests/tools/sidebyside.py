@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from helpers.servers import ServerProcess, free_port
-from helpers.upstream import have, skip_reason, upstream_dir
+from helpers.upstream import have, upstream_dir
 from tools.tool_util import VENV_BIN
 
 
 TOOLS = ("nsq_stat", "nsq_tail", "nsq_to_file", "nsq_to_http", "nsq_to_nsq", "to_nsq", "nsqd")
 #: the directory of upstream's binaries, or None when it does not hold the utilities
 UPSTREAM = upstream_dir() if have(*TOOLS) else None
-SKIP_REASON = skip_reason("utilities")
 SIDES = ("upstream", "nsqpy")
 
 

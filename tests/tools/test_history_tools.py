@@ -1,5 +1,6 @@
 """nsq_tail --from and nsq_to_file --from/--to against a real nsqd with --retention, as
-subprocesses; and against nsqd (ours without retention, and upstream's) that keep no history."""
+subprocesses; and against nsqd (ours without retention, and upstream's: live, or its answer as
+recorded) that keep no history."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import time
 
 import pytest
 
+from helpers.recording import recording
 from helpers.servers import ServerProcess, free_port, unique_name
-from helpers.upstream import live_only, upstream_binary, upstream_path
+from helpers.upstream import upstream_binary
+from nsqpy.client.history import EARLIEST, LATEST, segments_url
 from tools.tool_util import archive_lines, create_channel, files_under, http, mpub, run_tool, wait_for
 
 pytestmark = pytest.mark.timeout(90)
+RECORDED = recording("http", "test_history_tools")  # upstream's nsqd asked for a topic's history
 
 
 def _history_window(nsqd, topic: str) -> tuple[int, int]:
@@ -102,34 +106,51 @@ def test_to_file_archives_a_range_and_exits(nsqd_factory, tmp_path):
     assert status == 200 and b'"channels":[]' in body.replace(b" ", b"")
 
 
-@pytest.fixture
-def upstream_nsqd(tmp_path):
-    """Upstream's nsqd for a test of our tools against it: live only, a recording of its
-    answers cannot stand in for the server."""
-    if upstream_path("nsqd") is None:
-        pytest.skip(live_only("our tools reading from upstream's nsqd need that nsqd running"))
-    binary = upstream_binary("nsqd")
-    tcp, http_port = free_port(), free_port()
-    node = ServerProcess([binary, f"--tcp-address=127.0.0.1:{tcp}", f"--http-address=127.0.0.1:{http_port}",
-                          f"--data-path={tmp_path}"], f"http://127.0.0.1:{http_port}/ping", tmp_path / "nsqd.log")
-    node.http_address = f"127.0.0.1:{http_port}"
-    yield node
-    node.stop()
-
-
-@pytest.mark.parametrize("which", ["ours", "upstream"])
-def test_tools_name_the_nsqd_without_history(request, tmp_path, which):
-    node = request.getfixturevalue("nsqd" if which == "ours" else "upstream_nsqd")
-    topic = unique_name("nh")
-    mpub(node.http_address, topic, [b"x"])
+def _tools_refuse(node, topic: str, out_dir) -> None:
+    """Both tools, asked for ``topic``'s history on ``node``, exit 1 naming the nsqd and the flag."""
     for argv in (("nsq_tail", f"--topic={topic}", f"--nsqd-http-address={node.http_address}", "--from=earliest",
                   "--to=latest"),
                  ("nsq_to_file", f"--topic={topic}", f"--nsqd-http-address={node.http_address}", "--from=earliest",
-                  f"--output-dir={tmp_path}")):
+                  f"--output-dir={out_dir}")):
         result = run_tool(*argv, timeout=30)
         assert result.returncode == 1, result
         assert f"nsqd http://{node.http_address} keeps no history".encode() in result.stderr, result.stderr
         assert b"--retention" in result.stderr
+
+
+def _history_probe(node, topic: str) -> tuple[int, bytes]:
+    """nsqd's answer to what the tools ask before anything else (``holders``): the topic's segments."""
+    return http("GET", segments_url(f"http://{node.http_address}", topic, EARLIEST, LATEST))
+
+
+@pytest.mark.parametrize("which", ["ours", "upstream"])
+def test_tools_name_the_nsqd_without_history(nsqd, tmp_path, which):
+    """Ours without --retention, and upstream's, which has no history routes. With upstream's
+    binaries the tools run against its nsqd; without them its answer to what the tools ask (as
+    recorded in ``tests/recordings/http/test_history_tools.json``) must be our history-less
+    nsqd's, which the tools refuse (the ``ours`` case)."""
+    topic = unique_name("nh")
+    if which == "ours":
+        mpub(nsqd.http_address, topic, [b"x"])
+        _tools_refuse(nsqd, topic, tmp_path)
+        return
+
+    def upstreams_answer() -> tuple[int, bytes]:
+        tcp, http_port = free_port(), free_port()
+        node = ServerProcess([upstream_binary("nsqd"), f"--tcp-address=127.0.0.1:{tcp}",
+                              f"--http-address=127.0.0.1:{http_port}", f"--data-path={tmp_path}"],
+                             f"http://127.0.0.1:{http_port}/ping", tmp_path / "nsqd.log")
+        try:
+            node.http_address = f"127.0.0.1:{http_port}"
+            mpub(node.http_address, topic, [b"x"])
+            _tools_refuse(node, topic, tmp_path / "out")
+            return _history_probe(node, topic)
+        finally:
+            node.stop()
+
+    theirs = RECORDED.answer(None, upstreams_answer)
+    mpub(nsqd.http_address, topic, [b"x"])
+    assert _history_probe(nsqd, topic) == theirs
 
 
 def test_a_topic_no_nsqd_has_is_refused(nsqd_factory, lookupd_factory, tmp_path):
