@@ -130,7 +130,9 @@ class PowerCutOperations(mfusepy.Operations):
 
     def write(self, path, data, offset, fh):
         with self.mutex:
-            return self.disk.write(self._node(path, fh), data, offset)
+            node = self._node(path, fh)
+            self.disk.trip("write", path or "")
+            return self.disk.write(node, data, offset)
 
     def truncate(self, path, length, fh=None):
         with self.mutex:
@@ -139,7 +141,9 @@ class PowerCutOperations(mfusepy.Operations):
 
     def fsync(self, path, datasync, fh):
         with self.mutex:
-            self.disk.fsync(self._node(path, fh))
+            node = self._node(path, fh)
+            self.disk.trip("fsync", path or "")
+            self.disk.fsync(node)
         return 0
 
     def fsyncdir(self, path, datasync, fh):
@@ -160,8 +164,11 @@ class PowerCutOperations(mfusepy.Operations):
         return 0
 
     def statfs(self, path):
-        return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1 << 24, "f_bfree": 1 << 23,
-                "f_bavail": 1 << 23, "f_files": 1 << 20, "f_ffree": 1 << 19, "f_namemax": 255}
+        with self.mutex:
+            limit, used = self.disk.limit, self.disk.used
+        free = 1 << 23 if limit is None else max(limit - used, 0) // 4096
+        return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1 << 24, "f_bfree": free,
+                "f_bavail": free, "f_files": 1 << 20, "f_ffree": 1 << 19, "f_namemax": 255}
 
 
 def _control(server: socket.socket, disk: Disk, lock: threading.Lock) -> None:
@@ -178,9 +185,20 @@ def _control(server: socket.socket, disk: Disk, lock: threading.Lock) -> None:
                         elif order["op"] == "sync":
                             disk.sync_all()
                             answer = {}
+                        elif order["op"] == "limit":
+                            disk.limit = order["bytes"]
+                            answer = {"used": disk.used}
+                        elif order["op"] == "arm":
+                            disk.arm(order["on"], order["after"], order.get("match", ""),
+                                     order.get("tear", False), order.get("seed"))
+                            answer = {}
+                        elif order["op"] == "fail_fsyncs":
+                            disk.failing_fsyncs = order["n"]
+                            answer = {}
                         else:
                             answer = {"nodes": len(disk.nodes), "powered": disk.powered,
-                                      "unsynced_files": disk.unsynced_files(), **disk.counts}
+                                      "unsynced_files": disk.unsynced_files(),
+                                      "used": disk.used, "tripped": disk.tripped, **disk.counts}
                     except OSError as err:
                         answer = {"error": str(err)}
                 stream.write(json.dumps(answer).encode() + b"\n")
