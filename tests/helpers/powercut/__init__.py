@@ -10,10 +10,11 @@ backing directory, and everything since in the FUSE process's memory.
     fs.stop()                                   # a clean shutdown (everything kept), unmounted
 
 Faults beside the cut (rules in ``disk.py``): ``fs.limit(n)`` makes the disk full at ``n`` bytes
-of files (ENOSPC, short writes; ``None`` lifts it), ``fs.fail_fsyncs(n)`` fails the next ``n``
-fsyncs with EIO, and ``fs.arm("write" | "fsync", after=k, tear=..., seed=...)`` cuts the power by
-itself at the k-th such call from now: ``fs.wait_tripped()`` waits for it, and after the
-programs on the mount are stopped ``fs.unplug()`` takes the dead mount away.
+of files (ENOSPC, short writes; ``None`` lifts it), ``fs.fail_fsyncs(n, match)`` fails the next
+``n`` fsyncs (of paths containing ``match``) with EIO, and ``fs.arm("write" | "fsync", after=k,
+tear=..., seed=...)`` cuts the power by itself at the k-th such call from now:
+``fs.wait_tripped()`` waits for it, and once the programs on the mount are stopped
+``fs.unplug()`` takes the dead mount away.
 
 The rules of what survives are in ``disk.py``; ``serve.py`` is the FUSE process. Each mount is
 a process of its own, stopped by PID; ``cut`` unmounts too, so the kernel keeps nothing of the
@@ -111,9 +112,10 @@ class PowerCutFS:
         its files hold now."""
         return self._order({"op": "limit", "bytes": nbytes})["used"]
 
-    def fail_fsyncs(self, n: int) -> None:
-        """The next ``n`` fsyncs fail with EIO and make nothing durable."""
-        self._order({"op": "fail_fsyncs", "n": n})
+    def fail_fsyncs(self, n: int, match: str = "") -> None:
+        """The next ``n`` fsyncs (of a path containing ``match``) fail with EIO and make
+        nothing durable."""
+        self._order({"op": "fail_fsyncs", "n": n, "match": match})
 
     def arm(self, on: str, after: int, match: str = "", tear: bool = False,
             seed: int | None = None) -> None:

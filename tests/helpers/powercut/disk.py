@@ -26,10 +26,12 @@ Faults a test can set beside the cut, each one a rule too:
   when nothing fits, as a full disk does. Truncating or removing files frees space.
 * ``arm(op, after, ...)``: the power goes by itself at the ``after``-th ``write`` or ``fsync``
   (of a path containing ``match``) from now, before that call is applied; the call and every
-  later one fail with EIO. So a cut falls inside a program's ``pwritev`` (which FUSE hands over
-  in pieces of at most 128 KiB) or its ``fdatasync``, at a moment a seed chose.
-* ``fail_fsyncs(n)``: the next ``n`` fsyncs fail with EIO and make nothing durable (the pages
-  stay dirty: a later fsync may still write them, or a cut lose them).
+  later one fail with EIO. The FUSE process takes writes a page at a time (``serve.py``), as
+  writeback does, so a cut falls between two pages of a program's ``pwritev``, or before its
+  ``fdatasync``, at a moment a seed chose.
+* ``fail_fsyncs(n, match)``: the next ``n`` fsyncs (of a path containing ``match``) fail with
+  EIO and make nothing durable (the pages stay dirty: a later fsync may still write them, or a
+  cut lose them).
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class Disk:
         self.armed: dict | None = None
         self.tripped: dict | None = None  # the armed cut's report, once it went off
         self.failing_fsyncs = 0
+        self._failing_match = ""
         self._load()
 
     # --- the image -----------------------------------------------------------------------------
@@ -365,11 +368,15 @@ class Disk:
 
     # --- durability ----------------------------------------------------------------------------
 
-    def fsync(self, node: Node) -> None:
+    def fail_fsyncs(self, n: int, match: str = "") -> None:
+        """The next ``n`` fsyncs of a path holding ``match`` fail (EIO), making nothing durable."""
+        self.failing_fsyncs, self._failing_match = n, match
+
+    def fsync(self, node: Node, path: str = "") -> None:
         """fsync or fdatasync of a file: its data and size reach the image; in journal mode
         every directory change made so far too."""
         self._check_power()
-        if self.failing_fsyncs > 0:
+        if self.failing_fsyncs > 0 and self._failing_match in path:
             self.failing_fsyncs -= 1
             self.counts["failed_fsyncs"] += 1
             raise _err(errno.EIO)

@@ -20,10 +20,10 @@ import threading
 import mfusepy
 
 if __package__:
-    from .disk import Disk, Node
+    from .disk import PAGE, Disk, Node
 else:  # run as a script
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from disk import Disk, Node  # type: ignore[no-redef]
+    from disk import PAGE, Disk, Node  # type: ignore[no-redef]
 
 
 class PowerCutOperations(mfusepy.Operations):
@@ -52,6 +52,12 @@ class PowerCutOperations(mfusepy.Operations):
         if path is None:
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         return self.disk.resolve(path)
+
+    def init_with_config(self, conn_info, config_3):
+        """Writes come one page at a time, as a page cache writes them back: a cut can fall
+        between two pages of one ``pwritev`` (libfuse would otherwise take up to 1 MiB a call)."""
+        if conn_info is not None:
+            conn_info.max_write = PAGE
 
     def getattr(self, path, fh=None):
         with self.mutex:
@@ -143,7 +149,7 @@ class PowerCutOperations(mfusepy.Operations):
         with self.mutex:
             node = self._node(path, fh)
             self.disk.trip("fsync", path or "")
-            self.disk.fsync(node)
+            self.disk.fsync(node, path or "")
         return 0
 
     def fsyncdir(self, path, datasync, fh):
@@ -193,7 +199,7 @@ def _control(server: socket.socket, disk: Disk, lock: threading.Lock) -> None:
                                      order.get("tear", False), order.get("seed"))
                             answer = {}
                         elif order["op"] == "fail_fsyncs":
-                            disk.failing_fsyncs = order["n"]
+                            disk.fail_fsyncs(order["n"], order.get("match", ""))
                             answer = {}
                         else:
                             answer = {"nodes": len(disk.nodes), "powered": disk.powered,
