@@ -20,6 +20,7 @@ import os
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from helpers.chaos import HttpPublisher, TcpPublisher
@@ -112,9 +113,10 @@ def _padded(publisher: TcpPublisher) -> TcpPublisher:
 
 
 def run_until_cut(node: PowerCutNsqd, pubs: list, rng: random.Random, low: int, high: int,
-                  tear: bool) -> dict:
+                  tear: bool, meanwhile: Callable[[], None] | None = None) -> dict:
     """Start the publishers, cut the power (``tear``: tearing pages) once a seeded number in
-    ``[low, high]`` of their publishes was acknowledged, stop them. Returns the cut's report."""
+    ``[low, high]`` of their publishes was acknowledged (then ``meanwhile``), stop them.
+    Returns the cut's report."""
     target = rng.randint(low, high)
     seed = rng.randrange(1 << 32)
     for p in pubs:
@@ -122,6 +124,8 @@ def run_until_cut(node: PowerCutNsqd, pubs: list, rng: random.Random, low: int, 
     wait_for(lambda: sum(len(p.acked) for p in pubs) >= target, 120,
              f"{target} acknowledged publishes")
     report = node.power_cut(tear, seed)
+    if meanwhile is not None:
+        meanwhile()
     for p in pubs:
         p.stop.set()
     for p in pubs:
@@ -130,10 +134,11 @@ def run_until_cut(node: PowerCutNsqd, pubs: list, rng: random.Random, low: int, 
 
 
 def armed_round(node: PowerCutNsqd, pubs: list, rng: random.Random, match: str = "",
-                tear: bool | None = None) -> dict:
+                tear: bool | None = None, meanwhile: Callable[[], None] | None = None) -> dict:
     """Arm the disk to cut itself at a seeded ``write`` or ``fsync`` (of a path containing
     ``match``: ``.seg``, ``.diskqueue.0`` for the data files), start the publishers, and when
-    the cut went off kill nsqd, stop them and power on again. ``tear`` None: seeded too."""
+    the cut went off kill nsqd, stop them and power on again. ``tear`` None: seeded too.
+    ``meanwhile`` runs as soon as nsqd is dead (another process dying with it)."""
     on = rng.choice(("write", "fsync"))
     after = rng.randint(20, 400 if on == "write" else 250)
     tear = rng.random() < 0.5 if tear is None else tear
@@ -142,6 +147,8 @@ def armed_round(node: PowerCutNsqd, pubs: list, rng: random.Random, match: str =
         p.start()
     try:
         report = node.power_cut_armed(120)
+        if meanwhile is not None:
+            meanwhile()
     finally:
         for p in pubs:
             p.stop.set()
@@ -153,9 +160,9 @@ def armed_round(node: PowerCutNsqd, pubs: list, rng: random.Random, match: str =
 
 
 def cut_round(node: PowerCutNsqd, pubs: list, rng: random.Random, low: int, high: int,
-              tear: bool) -> dict:
+              tear: bool, meanwhile: Callable[[], None] | None = None) -> dict:
     """:func:`run_until_cut`, then the power back on; nsqd must start without a traceback."""
-    report = run_until_cut(node, pubs, rng, low, high, tear)
+    report = run_until_cut(node, pubs, rng, low, high, tear, meanwhile)
     node.power_on()
     no_tracebacks(node.log_since_power_on())
     return report
