@@ -11,6 +11,7 @@ later power cut, and every acknowledged one is, once, in every channel and in th
 
 from __future__ import annotations
 
+import os
 import random
 import urllib.error
 import urllib.request
@@ -26,6 +27,7 @@ from helpers.replication import post
 from helpers.servers import unique_name
 from helpers.wire import Wire
 from nsqd.history.history_util import read
+from nsqpy.nsqd.storage.files import fsync_dir, makedirs_durable
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -150,3 +152,26 @@ def test_a_failed_fsync_leaves_no_refused_publish_on_disk(power_cut_nsqd):
     for channel in CHANNELS:
         assert drain(node.tcp_address, topic, channel, idle=1.0, limit=30) == [b"kept"]
     no_bad_files(node)
+
+
+def test_directories_made_durable_survive_a_cut_under_posix_rules(power_cut_fs):
+    """``makedirs_durable`` (the replica store's directories, `replicas/<origin>/<incarnation>`)
+    fsyncs the parent of each directory it makes: on a disk that keeps a new name only through
+    its directory's fsync (strict), a file fsynced in them is found again after a cut; one in
+    directories made by ``os.makedirs`` is not."""
+    fs = power_cut_fs("strict")
+    root = fs.mount()
+    (root / "data").mkdir()
+    fs.sync()
+    for name, make in (("durable", makedirs_durable), ("plain", os.makedirs)):
+        where = root / "data" / name / "origin" / "incarnation"
+        make(str(where))
+        fd = os.open(where / "00000000.log", os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, b"copy")
+        os.fsync(fd)
+        os.close(fd)
+        fsync_dir(str(where))
+    fs.cut()
+    root = fs.mount()
+    assert (root / "data/durable/origin/incarnation/00000000.log").read_bytes() == b"copy"
+    assert not (root / "data" / "plain").exists()
