@@ -134,13 +134,19 @@ def run_until_cut(node: PowerCutNsqd, pubs: list, rng: random.Random, low: int, 
 
 
 def armed_round(node: PowerCutNsqd, pubs: list, rng: random.Random, match: str = "",
-                tear: bool | None = None, meanwhile: Callable[[], None] | None = None) -> dict:
+                tear: bool | None = None, meanwhile: Callable[[], None] | None = None,
+                rolls: bool = False) -> dict:
     """Arm the disk to cut itself at a seeded ``write`` or ``fsync`` (of a path containing
     ``match``: ``.seg``, ``.diskqueue.0`` for the data files), start the publishers, and when
     the cut went off kill nsqd, stop them and power on again. ``tear`` None: seeded too.
-    ``meanwhile`` runs as soon as nsqd is dead (another process dying with it)."""
-    on = rng.choice(("write", "fsync"))
-    after = rng.randint(20, 400 if on == "write" else 250)
+    ``meanwhile`` runs as soon as nsqd is dead (another process dying with it). ``rolls``: the
+    files roll every few batches, so the cut may also come at a directory's fsync (the one
+    that makes a new file's name durable: ``match`` does not apply to it)."""
+    on = rng.choices(("write", "fsync", "fsyncdir"), (2, 2, 1 if rolls else 0))[0]
+    if on == "fsyncdir":
+        match = ""
+    after = {"write": rng.randint(20, 400), "fsync": rng.randint(20, 250),
+             "fsyncdir": rng.randint(1, 6)}[on]
     tear = rng.random() < 0.5 if tear is None else tear
     node.fs.arm(on, after, match=match, tear=tear, seed=rng.randrange(1 << 32))
     for p in pubs:

@@ -84,7 +84,7 @@ def test_armed_cuts_inside_the_group_commit(power_cut_nsqd, mode, seed):
     wait_persisted(node, topic, *channels)
     for r in range(ROUNDS):
         pubs = publishers(node, topic, r, per_kind=2, kinds=KINDS + ("dpub", "bigmpub"))
-        report = armed_round(node, pubs, rng, match=rng.choice(("", ".diskqueue.0")))
+        report = armed_round(node, pubs, rng, match=rng.choice(("", ".diskqueue.0")), rolls=True)
         for channel in channels:
             kept = drain(node.tcp_address, topic, channel, idle=2.0, limit=120)
             check_kept(pubs, kept, torn=report["torn_files"], deferred_kept=False)

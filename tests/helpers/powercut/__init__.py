@@ -11,7 +11,8 @@ backing directory, and everything since in the FUSE process's memory.
 
 Faults beside the cut (rules in ``disk.py``): ``fs.limit(n)`` makes the disk full at ``n`` bytes
 of files (ENOSPC, short writes; ``None`` lifts it), ``fs.fail_fsyncs(n, match)`` fails the next
-``n`` fsyncs (of paths containing ``match``) with EIO, and ``fs.arm("write" | "fsync", after=k,
+``n`` fsyncs (of paths containing ``match``) with EIO, and ``fs.arm("write" | "fsync" |
+"fsyncdir", after=k,
 tear=..., seed=...)`` cuts the power by itself at the k-th such call from now:
 ``fs.wait_tripped()`` waits for it, and once the programs on the mount are stopped
 ``fs.unplug()`` takes the dead mount away.
@@ -119,8 +120,9 @@ class PowerCutFS:
 
     def arm(self, on: str, after: int, match: str = "", tear: bool = False,
             seed: int | None = None) -> None:
-        """Cut the power at the ``after``-th ``on`` (``write``/``fsync``, of a path containing
-        ``match``) from now, before it is applied; that call and all later ones fail (EIO)."""
+        """Cut the power at the ``after``-th ``on`` (``write``/``fsync``/``fsyncdir``, of a path
+        containing ``match``) from now, before it is applied; that call and all later ones fail
+        (EIO)."""
         self._order({"op": "arm", "on": on, "after": after, "match": match, "tear": tear,
                      "seed": seed})
 

@@ -24,8 +24,8 @@ Faults a test can set beside the cut, each one a rule too:
 * ``limit``: the disk holds at most that many bytes of files (their sizes, unsynced included); a
   write that would pass it writes what fits and says so (a short write), or fails with ENOSPC
   when nothing fits, as a full disk does. Truncating or removing files frees space.
-* ``arm(op, after, ...)``: the power goes by itself at the ``after``-th ``write`` or ``fsync``
-  (of a path containing ``match``) from now, before that call is applied; the call and every
+* ``arm(op, after, ...)``: the power goes by itself at the ``after``-th ``write``, ``fsync`` or
+  ``fsyncdir`` (of a path containing ``match``) from now, before that call is applied; the call and every
   later one fail with EIO. The FUSE process takes writes a page at a time (``serve.py``), as
   writeback does, so a cut falls between two pages of a program's ``pwritev``, or before its
   ``fdatasync``, at a moment a seed chose.
@@ -345,10 +345,10 @@ class Disk:
 
     def arm(self, op: str, after: int, match: str = "", tear: bool = False,
             seed: int | None = None) -> None:
-        """Cut the power at the ``after``-th ``op`` (``write`` or ``fsync``) of a path holding
-        ``match``, counted from now, before it is applied."""
-        if op not in ("write", "fsync") or after < 1:
-            raise ValueError(f"arm: op write|fsync and after >= 1, not {op!r}, {after}")
+        """Cut the power at the ``after``-th ``op`` (``write``, ``fsync`` or ``fsyncdir``) of a
+        path holding ``match``, counted from now, before it is applied."""
+        if op not in ("write", "fsync", "fsyncdir") or after < 1:
+            raise ValueError(f"arm: op write|fsync|fsyncdir and after >= 1, not {op!r}, {after}")
         self._check_power()
         self.armed = {"op": op, "left": after, "match": match, "tear": tear, "seed": seed}
         self.tripped = None

@@ -154,7 +154,9 @@ class PowerCutOperations(mfusepy.Operations):
 
     def fsyncdir(self, path, datasync, fh):
         with self.mutex:
-            self.disk.fsyncdir(self._node(path, fh))
+            node = self._node(path, fh)
+            self.disk.trip("fsyncdir", path or "")
+            self.disk.fsyncdir(node)
         return 0
 
     def chmod(self, path, mode):

@@ -62,18 +62,21 @@ def _check_everywhere(node, topic: str, pubs: list, everyone: list, torn: int) -
     return kept
 
 
-@pytest.mark.parametrize("seed", seeds(4431, 4432))
-def test_history_and_channel_queues_through_armed_cuts(power_cut_nsqd, seed):
-    """Cuts at a seeded write or fsync of the queues, the segment or anything, torn or not,
-    with large MPUBs whose ``pwritev`` spans pages."""
+@pytest.mark.parametrize("mode,seed", [("journal", s) for s in seeds(4431)]
+                         + [("strict", s) for s in seeds(4432)])
+def test_history_and_channel_queues_through_armed_cuts(power_cut_nsqd, mode, seed):
+    """Cuts at a seeded write or fsync of the queues, the segment or anything, or at the
+    directory fsync of a new queue file, torn or not, with large MPUBs whose ``pwritev`` spans
+    pages."""
     rng = random.Random(seed)
-    node = power_cut_nsqd(*FLAGS)
+    node = power_cut_nsqd(*FLAGS, mode=mode)
     topic = _setup(node)
     everyone: list = []
     for r in range(ROUNDS):
         pubs = publishers(node, topic, r, per_kind=2, kinds=KINDS + ("bigmpub",))
         everyone += pubs
-        report = armed_round(node, pubs, rng, match=rng.choice(("", ".diskqueue.0", ".seg")))
+        report = armed_round(node, pubs, rng, match=rng.choice(("", ".diskqueue.0", ".seg")),
+                             rolls=True)
         _check_everywhere(node, topic, pubs, everyone, report["torn_files"])
         no_bad_files(node)
         print(f"round {r}: {len(acked(pubs))} acknowledged; cut {report}")
