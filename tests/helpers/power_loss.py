@@ -35,7 +35,8 @@ BODY = re.compile(rb"(r\d+[a-z]+\d+)-(\d{7})\.*")
 class PowerCutNsqd:
     """nsqd with ``--data-path`` on a power-cut disk; its log stays off that disk (``where``)."""
 
-    def __init__(self, fs: PowerCutFS, where: Path, *flags: str) -> None:
+    def __init__(self, fs: PowerCutFS, where: Path, *flags: str, server: type = Nsqd) -> None:
+        """``server``: the nsqd to run (a subclass of :class:`Nsqd` runs upstream's binary)."""
         self.fs = fs
         self.where = where
         self.flags = flags
@@ -43,7 +44,7 @@ class PowerCutNsqd:
         self.data = root / "data"
         self.data.mkdir()
         fs.sync()  # the empty data path is on the disk before nsqd starts
-        self.node: Nsqd | None = Nsqd(where, f"--data-path={self.data}", *flags)
+        self.node: Nsqd | None = server(where, f"--data-path={self.data}", *flags)
         self.log_seen = 0
 
     @property
