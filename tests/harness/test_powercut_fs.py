@@ -7,6 +7,7 @@ XFS) differ only for directory entries.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 
@@ -231,3 +232,74 @@ def test_the_mount_reads_back_every_write_exactly(power_cut_fs, tmp_path):
     fs.cut()
     root = fs.mount()
     assert (root / "f").read_bytes() == at_sync
+
+
+def test_a_full_disk_writes_what_fits_then_refuses_until_space_is_freed(power_cut_fs):
+    """With a limit the disk is full at that many bytes of files: a write that passes it is
+    short, the next one fails with ENOSPC (a ``pwritev`` sees the short write, as on a full
+    ext4); overwriting inside a file costs nothing; a truncate or an unlink frees space."""
+    fs = power_cut_fs()
+    root = fs.mount()
+    _write(root / "other", b"o" * 3000, sync=True)
+    assert fs.limit(10_000) == 3000
+    fd = os.open(root / "f", os.O_CREAT | os.O_RDWR, 0o644)
+    assert os.pwrite(fd, b"a" * 5000, 0) == 5000
+    assert os.pwritev(fd, [b"b" * 1500, b"c" * 1500], 5000) == 2000  # 7,000 used: 2,000 fit
+    with pytest.raises(OSError) as err:
+        os.pwrite(fd, b"d", 7000)
+    assert err.value.errno == errno.ENOSPC
+    assert os.pwrite(fd, b"X" * 100, 0) == 100  # inside the file: no new space
+    os.ftruncate(fd, 6000)
+    assert os.pwrite(fd, b"e" * 1000, 6000) == 1000
+    os.unlink(root / "other")
+    assert os.pwrite(fd, b"f" * 3000, 7000) == 3000
+    assert fs.stats()["enospc"] == 1
+    fs.limit(None)
+    assert os.pwrite(fd, b"g" * 50_000, 10_000) == 50_000
+    os.close(fd)
+
+
+def test_a_failed_fsync_makes_nothing_durable(power_cut_fs):
+    fs = power_cut_fs()
+    root = fs.mount()
+    fd = os.open(root / "f", os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b"kept")
+    os.fsync(fd)
+    os.write(fd, b"-lost")
+    fs.fail_fsyncs(1)
+    with pytest.raises(OSError) as err:
+        os.fdatasync(fd)
+    assert err.value.errno == errno.EIO
+    os.close(fd)
+    fs.cut()
+    root = fs.mount()
+    assert (root / "f").read_bytes() == b"kept"
+
+
+@pytest.mark.parametrize("on", ["write", "fsync"])
+def test_an_armed_cut_goes_off_at_the_chosen_call(power_cut_fs, on):
+    """``arm`` cuts the power at the k-th write (or fsync) of a matching path, before it is
+    applied: that call fails with EIO, the disk keeps what the fsyncs before it made durable."""
+    fs = power_cut_fs()
+    root = fs.mount()
+    fd = os.open(root / "log", os.O_CREAT | os.O_WRONLY, 0o644)
+    side = os.open(root / "side", os.O_CREAT | os.O_WRONLY, 0o644)
+    fs.arm(on, after=3, match="log")
+    done = []
+    with pytest.raises(OSError) as err:
+        for i in range(10):
+            os.write(side, b"s")  # never counted: its path does not match
+            os.fsync(side)
+            os.write(fd, b"%d" % i)
+            os.fsync(fd)
+            done.append(i)
+    assert err.value.errno == errno.EIO
+    assert done == [0, 1]  # the third write (or fsync) of "log" never happened
+    report = fs.tripped()
+    assert report["op"] == on and report["path"].endswith("log")
+    os.close(fd)
+    os.close(side)
+    fs.unplug()
+    root = fs.mount()
+    assert (root / "log").read_bytes() == b"01"
+    assert (root / "side").read_bytes() == b"sss"

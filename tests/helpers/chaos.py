@@ -29,20 +29,29 @@ class _Publisher(threading.Thread):
         self.acked: list[bytes] = []
         #: refusals (error frames such as E_PUB_FAILED, HTTP statuses) and broken connections
         self.errors: dict[str, int] = {}
+        #: the bodies nsqd answered with a refusal (an error frame, an HTTP status other than
+        #: 200): not taken, unlike those of a broken connection, whose fate is unknown
+        self.refused: list[bytes] = []
         self.stop = threading.Event()
         self.n = 0
+        self.pad = 0  # dots after each body's number (larger writes)
 
     @property
     def failed(self) -> int:
         return sum(self.errors.values())
 
+    def body(self, i: int) -> bytes:
+        """The ``i``-th body this publisher sends: ``<tag>-<7 digits>``, then ``pad`` dots."""
+        return b"%s-%07d%s" % (self.tag.encode(), i, b"." * self.pad)
+
     def _bodies(self) -> list[bytes]:
-        out = [b"%s-%07d" % (self.tag.encode(), self.n + i) for i in range(self.batch)]
+        out = [self.body(self.n + i) for i in range(self.batch)]
         self.n += self.batch
         return out
 
-    def _refused(self, kind: str) -> None:
+    def _refused(self, kind: str, bodies: list[bytes] = ()) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
+        self.refused.extend(bodies)
 
 
 class TcpPublisher(_Publisher):
@@ -77,7 +86,7 @@ class TcpPublisher(_Publisher):
             if frame.frame_type == FRAME_TYPE_RESPONSE and frame.data == b"OK":
                 self.acked.extend(bodies)
             else:
-                self._refused(frame.data.split(b" ", 1)[0].decode(errors="replace"))
+                self._refused(frame.data.split(b" ", 1)[0].decode(errors="replace"), bodies)
                 if frame.frame_type != FRAME_TYPE_ERROR:
                     raise AssertionError(f"unexpected frame {frame}")
             time.sleep(self.pause)
@@ -116,7 +125,7 @@ class HttpPublisher(_Publisher):
             if resp.status == 200:
                 self.acked.extend(bodies)
             else:
-                self._refused(f"{resp.status} {data[:60].decode(errors='replace')}")
+                self._refused(f"{resp.status} {data[:60].decode(errors='replace')}", bodies)
             time.sleep(self.pause)
         if conn is not None:
             conn.close()

@@ -9,6 +9,14 @@ backing directory, and everything since in the FUSE process's memory.
     root = fs.mount()                           # the machine comes back on what survived
     fs.stop()                                   # a clean shutdown (everything kept), unmounted
 
+Faults beside the cut (rules in ``disk.py``): ``fs.limit(n)`` makes the disk full at ``n`` bytes
+of files (ENOSPC, short writes; ``None`` lifts it), ``fs.fail_fsyncs(n, match)`` fails the next
+``n`` fsyncs (of paths containing ``match``) with EIO, and ``fs.arm("write" | "fsync" |
+"fsyncdir", after=k,
+tear=..., seed=...)`` cuts the power by itself at the k-th such call from now:
+``fs.wait_tripped()`` waits for it, and once the programs on the mount are stopped
+``fs.unplug()`` takes the dead mount away.
+
 The rules of what survives are in ``disk.py``; ``serve.py`` is the FUSE process. Each mount is
 a process of its own, stopped by PID; ``cut`` unmounts too, so the kernel keeps nothing of the
 old mount (pages, names, sizes) into the next. Needs ``/dev/fuse`` (``usable()`` says whether it
@@ -99,6 +107,37 @@ class PowerCutFS:
     def stats(self) -> dict:
         """Counts of the mount so far: fsyncs, directory fsyncs, commits, writes, inodes."""
         return self._order({"op": "stats"})
+
+    def limit(self, nbytes: int | None) -> int:
+        """Make the disk full at ``nbytes`` bytes of files (None: no limit); returns the bytes
+        its files hold now."""
+        return self._order({"op": "limit", "bytes": nbytes})["used"]
+
+    def fail_fsyncs(self, n: int, match: str = "") -> None:
+        """The next ``n`` fsyncs (of a path containing ``match``) fail with EIO and make
+        nothing durable."""
+        self._order({"op": "fail_fsyncs", "n": n, "match": match})
+
+    def arm(self, on: str, after: int, match: str = "", tear: bool = False,
+            seed: int | None = None) -> None:
+        """Cut the power at the ``after``-th ``on`` (``write``/``fsync``/``fsyncdir``, of a path
+        containing ``match``) from now, before it is applied; that call and all later ones fail
+        (EIO)."""
+        self._order({"op": "arm", "on": on, "after": after, "match": match, "tear": tear,
+                     "seed": seed})
+
+    def tripped(self) -> dict | None:
+        """The armed cut's report (``op``, ``path``, lost and torn pages) once it went off."""
+        return self.stats()["tripped"]
+
+    def wait_tripped(self, timeout: float) -> dict:
+        wait_for(self.tripped, timeout, "the armed power cut to go off")
+        return self.tripped()  # type: ignore[return-value]
+
+    def unplug(self) -> None:
+        """After an armed cut went off (and the programs on the mount are stopped): the dead
+        mount goes away, as :meth:`cut` takes it away."""
+        self._unmount()
 
     def sync(self) -> None:
         """Make everything written so far durable, as ``sync(1)`` does."""

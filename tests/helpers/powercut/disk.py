@@ -18,6 +18,20 @@ current directory entries. The rules, the ones POSIX gives and real file systems
   file reaches the disk first, in the order they were dirtied, the last one only partly (whole
   512-byte sectors), and the file's size grows to cover that page, as a disk that lost power in
   the middle of writeback leaves it.
+
+Faults a test can set beside the cut, each one a rule too:
+
+* ``limit``: the disk holds at most that many bytes of files (their sizes, unsynced included); a
+  write that would pass it writes what fits and says so (a short write), or fails with ENOSPC
+  when nothing fits, as a full disk does. Truncating or removing files frees space.
+* ``arm(op, after, ...)``: the power goes by itself at the ``after``-th ``write``, ``fsync`` or
+  ``fsyncdir`` (of a path containing ``match``) from now, before that call is applied; the call and every
+  later one fail with EIO. The FUSE process takes writes a page at a time (``serve.py``), as
+  writeback does, so a cut falls between two pages of a program's ``pwritev``, or before its
+  ``fdatasync``, at a moment a seed chose.
+* ``fail_fsyncs(n, match)``: the next ``n`` fsyncs (of a path containing ``match``) fail with
+  EIO and make nothing durable (the pages stay dirty: a later fsync may still write them, or a
+  cut lose them).
 """
 
 from __future__ import annotations
@@ -77,7 +91,13 @@ class Disk:
         self.nodes: dict[int, Node] = {}
         self._fds: dict[int, int] = {}  # ino -> fd of data/<ino>
         self.powered = True
-        self.counts = {"fsync": 0, "fsyncdir": 0, "commits": 0, "writes": 0}
+        self.counts = {"fsync": 0, "fsyncdir": 0, "commits": 0, "writes": 0, "enospc": 0,
+                       "failed_fsyncs": 0}
+        self.limit: int | None = None
+        self.armed: dict | None = None
+        self.tripped: dict | None = None  # the armed cut's report, once it went off
+        self.failing_fsyncs = 0
+        self._failing_match = ""
         self._load()
 
     # --- the image -----------------------------------------------------------------------------
@@ -282,6 +302,13 @@ class Disk:
 
     def write(self, node: Node, data: bytes, offset: int) -> int:
         self._check_power()
+        if self.limit is not None and offset + len(data) > node.size:
+            room = self.limit - self.used + node.size - offset  # bytes this write may take
+            if room < len(data):
+                if room <= 0:
+                    self.counts["enospc"] += 1
+                    raise _err(errno.ENOSPC)
+                data = data[:room]  # a short write: the caller's next one gets ENOSPC
         end = offset + len(data)
         view = memoryview(data)
         for number in range(offset // PAGE, (end - 1) // PAGE + 1 if data else offset // PAGE):
@@ -307,12 +334,52 @@ class Disk:
         node.size = length
         node.mtime = time.time_ns()
 
+    @property
+    def used(self) -> int:
+        """Bytes of the files a name or an open handle still holds: what ``limit`` is held
+        against (an unlinked file frees its space with its last close)."""
+        return sum(n.size for n in self.nodes.values()
+                   if not n.is_dir and (n.nlink > 0 or n.opens > 0))
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def arm(self, op: str, after: int, match: str = "", tear: bool = False,
+            seed: int | None = None) -> None:
+        """Cut the power at the ``after``-th ``op`` (``write``, ``fsync`` or ``fsyncdir``) of a
+        path holding ``match``, counted from now, before it is applied."""
+        if op not in ("write", "fsync", "fsyncdir") or after < 1:
+            raise ValueError(f"arm: op write|fsync|fsyncdir and after >= 1, not {op!r}, {after}")
+        self._check_power()
+        self.armed = {"op": op, "left": after, "match": match, "tear": tear, "seed": seed}
+        self.tripped = None
+
+    def trip(self, op: str, path: str) -> None:
+        """Called before every write and fsync: the armed cut goes off here, or not."""
+        armed = self.armed
+        if armed is None or armed["op"] != op or armed["match"] not in path:
+            return
+        armed["left"] -= 1
+        if armed["left"] > 0:
+            return
+        self.armed = None
+        report = self.cut(armed["tear"], armed["seed"])
+        self.tripped = {**report, "op": op, "path": path}
+        raise _err(errno.EIO)
+
     # --- durability ----------------------------------------------------------------------------
 
-    def fsync(self, node: Node) -> None:
+    def fail_fsyncs(self, n: int, match: str = "") -> None:
+        """The next ``n`` fsyncs of a path holding ``match`` fail (EIO), making nothing durable."""
+        self.failing_fsyncs, self._failing_match = n, match
+
+    def fsync(self, node: Node, path: str = "") -> None:
         """fsync or fdatasync of a file: its data and size reach the image; in journal mode
         every directory change made so far too."""
         self._check_power()
+        if self.failing_fsyncs > 0 and self._failing_match in path:
+            self.failing_fsyncs -= 1
+            self.counts["failed_fsyncs"] += 1
+            raise _err(errno.EIO)
         self.counts["fsync"] += 1
         self._flush(node, node.dirty, node.size)
         if self.mode == "journal":

@@ -20,10 +20,10 @@ import threading
 import mfusepy
 
 if __package__:
-    from .disk import Disk, Node
+    from .disk import PAGE, Disk, Node
 else:  # run as a script
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from disk import Disk, Node  # type: ignore[no-redef]
+    from disk import PAGE, Disk, Node  # type: ignore[no-redef]
 
 
 class PowerCutOperations(mfusepy.Operations):
@@ -52,6 +52,12 @@ class PowerCutOperations(mfusepy.Operations):
         if path is None:
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         return self.disk.resolve(path)
+
+    def init_with_config(self, conn_info, config_3):
+        """Writes come one page at a time, as a page cache writes them back: a cut can fall
+        between two pages of one ``pwritev`` (libfuse would otherwise take up to 1 MiB a call)."""
+        if conn_info is not None:
+            conn_info.max_write = PAGE
 
     def getattr(self, path, fh=None):
         with self.mutex:
@@ -130,7 +136,9 @@ class PowerCutOperations(mfusepy.Operations):
 
     def write(self, path, data, offset, fh):
         with self.mutex:
-            return self.disk.write(self._node(path, fh), data, offset)
+            node = self._node(path, fh)
+            self.disk.trip("write", path or "")
+            return self.disk.write(node, data, offset)
 
     def truncate(self, path, length, fh=None):
         with self.mutex:
@@ -139,12 +147,16 @@ class PowerCutOperations(mfusepy.Operations):
 
     def fsync(self, path, datasync, fh):
         with self.mutex:
-            self.disk.fsync(self._node(path, fh))
+            node = self._node(path, fh)
+            self.disk.trip("fsync", path or "")
+            self.disk.fsync(node, path or "")
         return 0
 
     def fsyncdir(self, path, datasync, fh):
         with self.mutex:
-            self.disk.fsyncdir(self._node(path, fh))
+            node = self._node(path, fh)
+            self.disk.trip("fsyncdir", path or "")
+            self.disk.fsyncdir(node)
         return 0
 
     def chmod(self, path, mode):
@@ -160,8 +172,11 @@ class PowerCutOperations(mfusepy.Operations):
         return 0
 
     def statfs(self, path):
-        return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1 << 24, "f_bfree": 1 << 23,
-                "f_bavail": 1 << 23, "f_files": 1 << 20, "f_ffree": 1 << 19, "f_namemax": 255}
+        with self.mutex:
+            limit, used = self.disk.limit, self.disk.used
+        free = 1 << 23 if limit is None else max(limit - used, 0) // 4096
+        return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1 << 24, "f_bfree": free,
+                "f_bavail": free, "f_files": 1 << 20, "f_ffree": 1 << 19, "f_namemax": 255}
 
 
 def _control(server: socket.socket, disk: Disk, lock: threading.Lock) -> None:
@@ -178,9 +193,20 @@ def _control(server: socket.socket, disk: Disk, lock: threading.Lock) -> None:
                         elif order["op"] == "sync":
                             disk.sync_all()
                             answer = {}
+                        elif order["op"] == "limit":
+                            disk.limit = order["bytes"]
+                            answer = {"used": disk.used}
+                        elif order["op"] == "arm":
+                            disk.arm(order["on"], order["after"], order.get("match", ""),
+                                     order.get("tear", False), order.get("seed"))
+                            answer = {}
+                        elif order["op"] == "fail_fsyncs":
+                            disk.fail_fsyncs(order["n"], order.get("match", ""))
+                            answer = {}
                         else:
                             answer = {"nodes": len(disk.nodes), "powered": disk.powered,
-                                      "unsynced_files": disk.unsynced_files(), **disk.counts}
+                                      "unsynced_files": disk.unsynced_files(),
+                                      "used": disk.used, "tripped": disk.tripped, **disk.counts}
                     except OSError as err:
                         answer = {"error": str(err)}
                 stream.write(json.dumps(answer).encode() + b"\n")

@@ -29,6 +29,7 @@ import zlib
 from typing import Iterator
 
 from ..storage.commit import Write
+from ..storage.files import fsync_dir, makedirs_durable
 
 from ...protocol.replication import (
     CHAN_ADD, OWED_HELD, RESHIP_BEGIN, Attempts, ChanEvent, Fin, Marker, Msg, Pumped, Record,
@@ -66,7 +67,10 @@ class ReplicaStore:
         self._reshipped: set[bytes] | None = None
         self.orphans: list[tuple] = []
         self._replaying = True
-        os.makedirs(path, exist_ok=True)
+        if fsync:  # its acks promise a power loss keeps the copies: their names too
+            makedirs_durable(path)
+        else:
+            os.makedirs(path, exist_ok=True)
         self._replay()
         if not self.segments:
             self._open_segment(0)
@@ -83,6 +87,8 @@ class ReplicaStore:
             self.sync()
             os.close(self._fd)
         self._fd = os.open(self._file(seg), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if self.fsync:  # the new segment's name is durable before anything in it is acked
+            fsync_dir(self.path)
         self.segments.append(seg)
         self._seg_size[seg] = 0
         self._seg_live.setdefault(seg, 0)

@@ -11,8 +11,9 @@ waits for those writes (a publisher's answer, the fan-out of a message the histo
 *step*, run in order once the batch is on disk, or told that it failed.
 
 All or nothing per batch: if any write or flush of a batch fails, every file of the batch is cut
-back to where the batch began and every step of it is told the error, so exactly the publishes
-the batch held are refused and nothing of them is kept or delivered.
+back to where the batch began (and that cut flushed: files flushed before the failure hold the
+batch on disk already) and every step of it is told the error, so exactly the publishes the
+batch held are refused and nothing of them is kept or delivered, even after a power cut.
 
 An owner (a disk queue, a history log) has an ``in_commit`` flag this module keeps, and two
 methods called on the event loop: ``prepare()`` takes everything it staged, fixes its positions
@@ -63,7 +64,9 @@ class Owner(Protocol):
 
 def flush(writes: list[Write]) -> OSError | None:
     """The writer thread's part: write everything, then flush every file and the directories
-    of new files. On an error every file is cut back to where its write began."""
+    of new files. On an error every file is cut back to where its write began, and the cut is
+    flushed too: a file whose ``fdatasync`` returned before another file's failed holds the
+    refused bytes on disk, and a power cut before its next flush would bring them back."""
     try:
         for w in writes:
             write_all(w.fd, w.parts, w.offset)
@@ -76,6 +79,7 @@ def flush(writes: list[Write]) -> OSError | None:
         for w in writes:
             try:
                 os.ftruncate(w.fd, w.offset)
+                fdatasync(w.fd)
             except OSError:
                 pass  # the owner's next write starts at w.offset and overwrites what is left
         return err

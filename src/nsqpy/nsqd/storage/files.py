@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 
 __all__ = ["IOV_MAX", "O_CLOEXEC", "fdatasync", "write_all", "cut_back", "cut_torn_tail",
-           "fsync_dir"]
+           "fsync_dir", "makedirs_durable"]
 
 #: buffers one ``pwritev`` takes (Linux's UIO_MAXIOV); longer lists go in several calls
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
@@ -73,3 +73,18 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def makedirs_durable(path: str) -> None:
+    """``os.makedirs(path)`` whose new names survive a power loss: POSIX makes a new entry
+    durable only through an fsync of its directory, so the parent of each directory made is
+    fsynced, outermost first (ext4's journal would carry them with any fsync; not every file
+    system does)."""
+    made: list[str] = []
+    where = os.path.abspath(path)
+    while not os.path.isdir(where):
+        made.append(where)
+        where = os.path.dirname(where)
+    os.makedirs(path, exist_ok=True)
+    for directory in reversed(made):
+        fsync_dir(os.path.dirname(directory))
