@@ -15,8 +15,12 @@ pub         ``POST /pub?topic=h``, 200-byte body
 mpub        ``POST /mpub?topic=h``, 100 x 200 B text body
 tcp_mpub1   V2 ``MPUB h`` with one 200-byte message (upstream's ``bench_writer --batch-size=1``)
 tcp_pub     V2 ``PUB h``, 200-byte body
+tcp_mpub    V2 ``MPUB h`` of 200 x 200 B to a topic whose one channel has no consumer (kept in
+            memory, the channel emptied every 500 requests): bench_writer's publish alone
 tcp_pubsub  V2 ``MPUB h`` of 200 x 200 B delivered to a consumer (RDY 2500) that FINs them
 tcp_drain   that consumer alone on a backlog of 500k queued messages: 2,500 FINs, 2,500 sent
+tcp_replay  the same consumer on a channel replaying a log of 500k (``--flags=--retention=1h``):
+            what a rewind costs against ``tcp_drain`` with the same flags
 stats       ``GET /stats?format=json`` with 2,000 V2 consumers subscribed to one channel
 stats_topics  ``GET /stats?format=json`` with 5,000 topics x 2 channels
 ==========  ==============================================================================
@@ -24,10 +28,14 @@ stats_topics  ``GET /stats?format=json`` with 5,000 topics x 2 channels
 Prints microseconds of CPU per request (``time.process_time``, median of ``--rounds``).
 ``--instructions`` runs each row twice under ``valgrind --tool=callgrind`` (``--count`` and
 three times as many requests) and prints the instructions per request from the difference:
-the same figure on a loaded machine as on a quiet one::
+the same figure on a loaded machine as on a quiet one. ``--flags`` gives nsqd more flags
+(``--retention=1h``: the history is installed as the server installs it, and its appends are
+in the figures; the CPU figure then includes their ``pwrite`` and fsyncs, the instruction count
+only our code's side of them)::
 
     .venv/bin/python bench/request_cost_bench.py [--rows ping,pub] [--rounds 5]
     .venv/bin/python bench/request_cost_bench.py --rows ping,mpub --instructions
+    .venv/bin/python bench/request_cost_bench.py --rows tcp_mpub --flags=--retention=1h
 """
 
 from __future__ import annotations
@@ -51,7 +59,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import uvloop  # noqa: E402
 
 from nsqpy.httpserver import HTTPServer  # noqa: E402
+from nsqpy.nsqd.history.install import install_history  # noqa: E402
 from nsqpy.nsqd.http import NsqdHTTP  # noqa: E402
+from nsqpy.nsqd.lifecycle.controls import install as install_lifecycle  # noqa: E402
 from nsqpy.nsqd.main import parse_options, tune_gc  # noqa: E402
 from nsqpy.nsqd.nsqd import NSQD  # noqa: E402
 from nsqpy.nsqd.v2.connection import V2Connection  # noqa: E402
@@ -112,6 +122,9 @@ class Rig:
     def __init__(self, data: str, *flags: str) -> None:
         self.nsqd = NSQD(parse_options([f"--data-path={data}", "--mem-queue-size=100000000",
                                         *flags]), logging.getLogger("bench"))
+        if flags:  # the features the flags turn on, installed as the server installs them
+            install_lifecycle(self.nsqd)
+            install_history(self.nsqd)
         self.api = NsqdHTTP(self.nsqd)
         self.server = HTTPServer(self.api, before_write=self.api.request_log.flush)
         self.server._loop = self.nsqd.loop  # (serve() sets it; nothing is served here)
@@ -193,6 +206,43 @@ class Drain(PubSub):
         self.consumer.data_received(b"".join([b"FIN %s\n" % mid for mid in in_flight]))
 
 
+class Publish:
+    """A publisher of MPUBs to topic ``h`` whose channel ``c`` has no consumer: what it is sent
+    stays in memory, so the channel is emptied every 500 requests (a bounded footprint)."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.publisher, self.transport = rig.v2()
+        self.channel = rig.nsqd.get_topic("h").get_channel("c")
+        self.requests = 0
+
+    def data_received(self, request: bytes) -> None:
+        self.publisher.data_received(request)
+        self.requests += 1
+        if self.requests % 500 == 0:
+            self.channel.mem.clear()
+
+
+class Replaying(Drain):
+    """:class:`Drain`'s consumer on channel ``r``, made to replay the topic's log from its
+    start once the backlog was published (the history needs ``--retention``): each request
+    is its FINs for the 2,500 the replay sent, which makes room for the next 2,500."""
+
+    def __init__(self, rig: Rig) -> None:
+        topic = rig.nsqd.get_topic("h")
+        if topic.history is None:
+            raise SystemExit("tcp_replay needs the history: --flags=--retention=1h")
+        super().__init__(rig)
+        from nsqpy.nsqd.history.replay import start_replay  # (the history's own rewind)
+
+        replay_channel = topic.get_channel("r")
+        topic.channels.pop("c").delete()  # (only the replaying channel is consumed)
+        self.consumer.data_received(b"RDY 0\n")
+        self.consumer, self.transport = rig.v2()
+        self.consumer.data_received(b"SUB h r\n")
+        start_replay(replay_channel, topic.history, 0)
+        self.consumer.data_received(b"RDY 2500\n")
+
+
 def _drain(rig: Rig) -> tuple[Any, CountingTransport, bytes]:
     drain = Drain(rig)
     return drain, drain.transport, b""
@@ -210,8 +260,11 @@ ROWS: dict[str, Callable[[Rig], tuple[Any, CountingTransport, bytes]]] = {
                          http_request("POST", "/mpub?topic=h", b"\n".join([BODY] * 100))),
     "tcp_mpub1": lambda rig: (*rig.v2(), v2_mpub(b"h", [BODY])),
     "tcp_pub": lambda rig: (*rig.v2(), b"PUB h\n" + struct.pack(">i", len(BODY)) + BODY),
+    "tcp_mpub": lambda rig: (*(lambda p: (p, p.transport))(Publish(rig)),
+                             v2_mpub(b"h", [BODY] * 200)),
     "tcp_pubsub": _pubsub,
     "tcp_drain": _drain,
+    "tcp_replay": lambda rig: (*(lambda r: (r, r.transport))(Replaying(rig)), b""),
     "stats": lambda rig: (rig.subscribe(2000), *rig.http(),
                           http_request("GET", "/stats?format=json"))[1:],
     "stats_topics": lambda rig: (_topics(rig, 5000, 2), *rig.http(),
@@ -219,7 +272,7 @@ ROWS: dict[str, Callable[[Rig], tuple[Any, CountingTransport, bytes]]] = {
 }
 #: requests per round (``--callgrind``: per run)
 COUNTS = {"ping": 20000, "pub": 20000, "mpub": 2000, "tcp_mpub1": 20000, "tcp_pub": 20000,
-          "tcp_pubsub": 2000, "tcp_drain": 30, "stats": 20, "stats_topics": 10}
+          "tcp_mpub": 2000, "tcp_pubsub": 2000, "tcp_drain": 30, "tcp_replay": 30, "stats": 20, "stats_topics": 10}
 
 
 def _topics(rig: Rig, topics: int, channels: int) -> None:
@@ -229,11 +282,11 @@ def _topics(rig: Rig, topics: int, channels: int) -> None:
             topic.get_channel(f"c{j}")
 
 
-def measure(row: str, rounds: int, count: int) -> list[float]:
+def measure(row: str, rounds: int, count: int, flags: list[str]) -> list[float]:
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
     with tempfile.TemporaryDirectory(prefix="request_cost") as data:
-        rig = Rig(data)
+        rig = Rig(data, *flags)
         try:
             conn, transport, request = ROWS[row](rig)
             # warm (the same number of requests whatever --count says, so that two runs
@@ -256,7 +309,7 @@ def measure(row: str, rounds: int, count: int) -> list[float]:
             loop.close()
 
 
-def instructions(row: str, count: int) -> float:
+def instructions(row: str, count: int, flags: list[str]) -> float:
     """Instructions per request: two runs under callgrind, ``count`` and ``3 * count``
     requests, so start-up and set-up cancel out."""
     totals = []
@@ -265,7 +318,8 @@ def instructions(row: str, count: int) -> float:
             out = Path(tmp) / f"cg.{n}"
             done = subprocess.run(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                 sys.executable, __file__, "--rows", row, "--rounds", "1", "--count", str(n)],
+                 sys.executable, __file__, "--rows", row, "--rounds", "1", "--count", str(n),
+                 *(f"--flags={flag}" for flag in flags)],
                 capture_output=True, text=True)
             found = re.search(r"Collected : (\d+)", done.stderr)
             if done.returncode or not found:
@@ -281,15 +335,17 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=0, help="requests per round (default: per row)")
     ap.add_argument("--instructions", action="store_true",
                     help="instructions per request, counted by valgrind (slow: minutes per row)")
+    ap.add_argument("--flags", action="append", default=[],
+                    help="a flag for nsqd (repeat it for several), e.g. --flags=--retention=1h")
     args = ap.parse_args()
     if args.instructions:
         for row in args.rows.split(","):
-            print(f"{row:<13} {instructions(row, args.count or max(2, COUNTS[row] // 20)):12,.0f} "
+            print(f"{row:<13} {instructions(row, args.count or max(2, COUNTS[row] // 20), args.flags):12,.0f} "
                   "instructions/request", flush=True)
         return
     tune_gc()
     for row in args.rows.split(","):
-        results = measure(row, args.rounds, args.count)
+        results = measure(row, args.rounds, args.count, args.flags)
         print(f"{row:<13} {statistics.median(results):9.2f} us CPU/request "
               f"(rounds: {', '.join(f'{r:.2f}' for r in results)})", flush=True)
 

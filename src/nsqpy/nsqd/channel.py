@@ -19,7 +19,7 @@ import heapq
 import itertools
 import time
 from functools import partial
-from typing import Any
+from typing import Any, Sequence
 from itertools import repeat
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
@@ -147,7 +147,7 @@ class Channel:
 
     # --- delivery ------------------------------------------------------------------------------
 
-    def _take(self, n: int) -> list[Msg] | None:
+    def _take(self, n: int) -> Sequence[Msg] | None:
         """Up to ``n`` queued messages; None when the queue gave nothing at all (empty or stuck)."""
         out = self.mem.take(n)
         backend = self.backend
@@ -169,7 +169,10 @@ class Channel:
         if len(out) < n and self.feeder is not None:
             fed = self.feeder.take(n - len(out))
             took += len(fed)
-            out += fed
+            if out:
+                out += fed
+            else:  # a replay's records as it gives them: _send unpacks them without a tuple each
+                out = fed
         return out if took else None
 
     def dispatch(self) -> None:

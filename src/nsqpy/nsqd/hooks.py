@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 #: a queued message: ``(id, body, timestamp_ns, attempts)``
 Msg = tuple
+#: a publish command's messages by column, as its handler read them: ``(ids, bodies, sizes)``,
+#: every message with the first one's timestamp (an MPUB). Handed beside the messages, so the
+#: history builds its block without taking the messages apart again (``Topic.put_many``)
+Columns = tuple
 #: ``nsqd.topic.Topic`` and ``nsqd.channel.Channel`` where a hook takes one: this module imports
 #: no other part of nsqd, so every part of it can stand on this one
 TopicRef = Any
@@ -197,7 +201,7 @@ class History(Protocol):
     the block is staged for nsqd's group commit (``nsqd.commit``, ``--sync-every=1``): the
     topic then fans the publish out once the batch returned, or refuses it with the batch."""
 
-    def append(self, msgs: list[Msg], delay_ms: int = 0) -> bool: ...
+    def append(self, msgs: list[Msg], delay_ms: int = 0, columns: Columns | None = None) -> bool: ...
 
     def stats(self) -> dict[str, int]: ...  # the topic's "history" key in /stats
 
@@ -220,7 +224,7 @@ class Feeder(Protocol):
 
     def admit(self, msgs: list[Msg]) -> list[Msg]: ...
 
-    def take(self, n: int) -> list[Msg]: ...
+    def take(self, n: int) -> Sequence[Msg]: ...  # sized, iterable (more than once)
 
     def remaining(self) -> int: ...  # still to deliver: the channel's depth includes it
 

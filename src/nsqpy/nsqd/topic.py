@@ -17,7 +17,7 @@ from ..protocol.message import encode_message
 from ..protocol.names import is_ephemeral
 from ..common.quantile import merged_result
 from .channel import Channel
-from .hooks import Host, Msg
+from .hooks import Columns, Host, Msg
 from .memqueue import MessageQueue
 
 PUMP_BATCH = 1000
@@ -62,13 +62,15 @@ class Topic:
 
     # --- publishing ----------------------------------------------------------------------------
 
-    def put_many(self, msgs: list[Msg], nbytes: int) -> None:
+    def put_many(self, msgs: list[Msg], nbytes: int, columns: Columns | None = None) -> None:
         """Publish; raises OSError when a disk write fails (the publisher gets E_*PUB_FAILED).
         With the history's append staged for the group commit (``--sync-every=1``) the rest
-        waits for its flush: nothing of a publish the disk refuses is delivered."""
+        waits for its flush: nothing of a publish the disk refuses is delivered. ``columns``:
+        the same messages by column (``hooks.Columns``), when the caller has them, for the
+        history's block."""
         if self.guard is not None:
             self.guard(self)  # a drain, a full bounded queue: raises PublishRefused
-        if self.history is not None and self._keep(msgs, 0) and not self._stages_only():
+        if self.history is not None and self._keep(msgs, 0, columns) and not self._stages_only():
             self.nsqd.commit.then(partial(self._kept, self._fan_out, msgs, nbytes), answer=False)
             return
         self._fan_out(msgs, nbytes)
@@ -122,11 +124,11 @@ class Topic:
         self.message_count += 1
         self.message_bytes += len(msg[1])
 
-    def _keep(self, msgs: list[Msg], delay_ms: int) -> bool:
+    def _keep(self, msgs: list[Msg], delay_ms: int, columns: Columns | None = None) -> bool:
         """Into the history first: a publish it cannot keep is refused, not delivered. True
         when the append waits for the group commit (its outcome reaches nsqd's health there)."""
         try:
-            staged = self.history.append(msgs, delay_ms)
+            staged = self.history.append(msgs, delay_ms, columns)
         except OSError as err:
             self.nsqd.set_health_error(err)
             raise

@@ -28,7 +28,7 @@ import os
 import struct
 import time
 from array import array
-from itertools import accumulate, repeat
+from itertools import accumulate, compress, repeat
 
 from isal.isal_zlib import crc32  # zlib's CRC-32, computed with the CPU's carry-less multiply
 
@@ -123,39 +123,92 @@ class Segment:
             return None
 
 
-def parse_block(data: bytes, out: list) -> None:
-    """Append the records of one block's payload to ``out`` as ``(id, body, ts, delay_ms)``
-    (with no delay, the very tuple a channel queues: ``(id, body, ts, attempts 0)``). Each
-    column is cut by ``struct`` in C: no Python loop per record."""
-    n, delay = COUNT.unpack_from(data, 0)
-    spos = COUNT.size + 8 * n
+class Records:
+    """Records read from a log, by column: ``ids``, ``bodies``, ``tss`` (one entry per record)
+    and ``delays`` (DPUB delays in ms; None while every record has none, the usual case).
+
+    Iterated, they are ``(id, body, ts, delay_ms)`` tuples made by one ``zip``: with no delay,
+    the very tuple a channel queues, ``(id, body, ts, attempts 0)``. A loop that unpacks each as
+    it goes (``Channel._send``) makes no tuple per record at all (``zip`` hands out the same
+    one again), so a replayed message costs its id and its body, as a published one does."""
+
+    __slots__ = ("ids", "bodies", "tss", "delays")
+
+    def __init__(self, ids: list | None = None, bodies: list | None = None,
+                 tss: list | None = None, delays: list | None = None) -> None:
+        self.ids: list[bytes] = [] if ids is None else ids
+        self.bodies: list[bytes] = [] if bodies is None else bodies
+        self.tss: list[int] = [] if tss is None else tss
+        self.delays = delays
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[tuple]:
+        delays = self.delays
+        return zip(self.ids, self.bodies, self.tss,
+                   repeat(0, len(self.ids)) if delays is None else delays)
+
+    def __getitem__(self, i: int) -> tuple:
+        return (self.ids[i], self.bodies[i], self.tss[i],
+                0 if self.delays is None else self.delays[i])
+
+    def part(self, start: int, stop: int) -> "Records":
+        """Records ``start`` to ``stop`` (list slices: pointers copied in C)."""
+        delays = self.delays
+        return Records(self.ids[start:stop], self.bodies[start:stop], self.tss[start:stop],
+                       None if delays is None else delays[start:stop])
+
+    def where(self, keep: list[bool]) -> "Records":
+        """The records whose ``keep`` is true."""
+        delays = self.delays
+        return Records(list(compress(self.ids, keep)), list(compress(self.bodies, keep)),
+                       list(compress(self.tss, keep)),
+                       None if delays is None else list(compress(delays, keep)))
+
+    def extend(self, other: "Records") -> None:
+        if other.delays is not None and self.delays is None:
+            self.delays = [0] * len(self.ids)
+        if self.delays is not None:
+            self.delays += repeat(0, len(other)) if other.delays is None else other.delays
+        self.ids += other.ids
+        self.bodies += other.bodies
+        self.tss += other.tss
+
+
+def parse_block(buf: bytes, at: int, out: Records) -> None:
+    """Append the records of the block whose columns start at ``buf[at]`` to ``out``. Each
+    column is cut by ``struct`` in C, from the buffer the block was read into (no copy of the
+    block): no Python loop per record, and nothing made per record but its id and body."""
+    n, delay = COUNT.unpack_from(buf, at)
+    tpos = at + COUNT.size
+    spos = tpos + 8 * n
     ipos = spos + 4 * n
     bpos = ipos + 16 * n
-    first = TS.unpack_from(data, COUNT.size)[0]
-    if data[COUNT.size:spos] == data[COUNT.size:COUNT.size + 8] * n:
+    if buf[tpos:spos] == buf[tpos:tpos + 8] * n:
         # one publish, one timestamp: one int object for the run (a channel packs one frame head
         # for it, ``Channel._send``), compared as bytes rather than unpacked n times
-        tss: Any = repeat(first, n)
+        out.tss += repeat(TS.unpack_from(buf, tpos)[0], n)
     else:
-        tss = []
-        _TSS.unpack_into(tss, data, COUNT.size, n)
-    sizes: list = []
-    _SIZES.unpack_into(sizes, data, spos, n)
-    ids: list = []
-    _IDS.unpack_into(ids, data, ipos, n)
-    size = sizes[0]
-    if sizes.count(size) == n:  # one size (an MPUB's usual case): one unpacker for the bodies
+        _TSS.unpack_into(out.tss, buf, tpos, n)
+    if delay or out.delays is not None:
+        if out.delays is None:
+            out.delays = [0] * len(out.ids)
+        out.delays += repeat(delay, n)
+    _IDS.unpack_into(out.ids, buf, ipos, n)
+    size = SIZE.unpack_from(buf, spos)[0]
+    if buf[spos:ipos] == buf[spos:spos + 4] * n:  # one size (an MPUB's usual case)
         unpacker = _same_size.get(size)
         if unpacker is None:
             if len(_same_size) > 64:
                 _same_size.clear()
             unpacker = _same_size[size] = RepeatedRecords(f"{size}s", 64)
-        bodies: list = []
-        unpacker.unpack_into(bodies, data, bpos, n)
+        unpacker.unpack_into(out.bodies, buf, bpos, n)
     else:
+        sizes: list = []
+        _SIZES.unpack_into(sizes, buf, spos, n)
         starts = list(accumulate(sizes, initial=bpos))
-        bodies = list(map(data.__getitem__, map(slice, starts, starts[1:])))
-    out += zip(ids, bodies, tss, repeat(delay, n))
+        out.bodies += map(buf.__getitem__, map(slice, starts, starts[1:]))
 
 
 def _block_stats(data: bytes) -> tuple[int, int, int, int, int] | None:
@@ -378,7 +431,7 @@ class Log:
 
     # --- appending (hooks.History) -------------------------------------------------------------
 
-    def append(self, msgs: list[tuple], delay_ms: int = 0) -> bool:
+    def append(self, msgs: list[tuple], delay_ms: int = 0, columns: tuple | None = None) -> bool:
         """One block for one publish command; raises OSError (the publish is refused) and then
         leaves the log exactly as it was. With ``--sync-every=1`` the block is on disk before
         the publisher's OK: staged for the group commit (returns True: the topic fans the
@@ -387,27 +440,35 @@ class Log:
 
         The block is built by columns (timestamps, sizes, ids, bodies), each made in C by one
         ``join``/``pack`` over the messages, and handed to one ``pwritev`` as they are: no Python
-        work per message, one copy of the bodies (the join, which the CRC reads)."""
+        work per message, one copy of the bodies (the join, which the CRC reads). An MPUB hands
+        its ``columns`` (``hooks.Columns``: the ids, bodies and sizes it read, one timestamp);
+        other publishes are taken apart here, by one ``zip``."""
         n = len(msgs)
-        idcol, bodies, tss, _attempts = zip(*msgs)  # the messages turned into columns, in C
-        first, last = tss[0], tss[-1]
-        if tss.count(first) == n:  # one publish command: one timestamp
+        if columns is not None:
+            idcol, bodies, sizes = columns
+            first = last = msgs[0][2]
+            one_ts = True
+        else:
+            idcol, bodies, tss, _attempts = zip(*msgs)  # the messages turned into columns, in C
+            sizes = list(map(len, bodies))
+            first, last = tss[0], tss[-1]
+            one_ts = tss.count(first) == n
+        if one_ts:  # one publish command: one timestamp
             tcol = TS.pack(first) * n
             lo = hi = first
         else:
             tcol = struct.pack(f">{n}q", *tss)
             lo, hi = min(tss), max(tss)
-        sizes = list(map(len, bodies))
         if sizes.count(sizes[0]) == n:  # an MPUB's usual case: one size
             scol = SIZE.pack(sizes[0]) * n
         else:
             scol = struct.pack(f">{n}I", *sizes)
+        head = COUNT.pack(n, delay_ms) + tcol + scol
         ids = b"".join(idcol)
         data = b"".join(bodies)
-        count = COUNT.pack(n, delay_ms)
-        crc = crc32(data, crc32(ids, crc32(scol, crc32(tcol, crc32(count)))))
-        length = COUNT.size + 28 * n + len(data)
-        iov = [BLOCK.pack(length, crc), count, tcol, scol, ids, data]
+        crc = crc32(data, crc32(ids, crc32(head)))
+        length = len(head) + len(ids) + len(data)
+        iov = [BLOCK.pack(length, crc), head, ids, data]
         size = BLOCK.size + length
         if self.commit is not None:
             self._staged.append((iov, size, n, lo, hi, first, last))
@@ -665,8 +726,8 @@ class Cursor:
                 return seg
         return None
 
-    def next(self) -> list[tuple] | None:
-        """The next records ``(id, body, ts, delay_ms)``; None at the end."""
+    def next(self) -> Records | None:
+        """The next records (a chunk's worth); None at the end."""
         while True:
             seg = self._segment()
             if seg is None:
@@ -689,18 +750,17 @@ class Cursor:
                 self.sid, self.offset = self.sid + 1, 0
                 continue
             buf = os.pread(fd, min(CHUNK, end - self.offset), self.offset)
-            out: list[tuple] = []
+            out = Records()
             pos = 0
             while pos + BLOCK.size <= len(buf):
                 length = BLOCK.unpack_from(buf, pos)[0]
                 if pos + BLOCK.size + length > len(buf):
                     break
-                parse_block(buf[pos + BLOCK.size:pos + BLOCK.size + length], out)
+                parse_block(buf, pos + BLOCK.size, out)
                 pos += BLOCK.size + length
             if pos == 0:  # one block larger than a chunk
                 length = BLOCK.unpack_from(buf, 0)[0]
-                data = os.pread(fd, length, self.offset + BLOCK.size)
-                parse_block(data, out)
+                parse_block(os.pread(fd, length, self.offset + BLOCK.size), 0, out)
                 pos = BLOCK.size + length
             self.offset += pos
             return out
@@ -717,7 +777,7 @@ class Cursor:
             os.close(self._fd)
         self._fd, self._fd_sid = -1, -1
 
-    def __iter__(self) -> Iterator[list[tuple]]:
+    def __iter__(self) -> Iterator[Records]:
         while True:
             got = self.next()
             if got is None:

@@ -14,14 +14,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from operator import itemgetter
 from typing import Any
 
-from .log import Cursor, Log
+from .log import Cursor, Log, Records
 
 _time_ns = time.time_ns
 _seq = itertools.count()
-_delay = itemgetter(3)
 
 
 class Replay:
@@ -36,14 +34,14 @@ class Replay:
         # records the cursor has read of the segment it is in (None: it started in the middle
         # of that segment, at a seek or a resumed position, so the count before it is unknown)
         self.seg_sid, self.seg_read = at[0], (0 if at[1] == 0 else None)
-        self.pending: list[tuple] = []  # records read, not yet handed out from ``self.next``
+        self.pending = Records()  # records read, not yet handed out from ``self.next``
         self.next = 0
         self.caught_up = not self._fill()
         # every live message from here on is in the log at or after the first replayed one
         if resume:
             self.threshold = resume["threshold"]
         else:
-            self.threshold = self.pending[0][2] if self.pending else _time_ns()
+            self.threshold = self.pending.tss[0] if self.pending else _time_ns()
         self.replayed = 0
 
     def state(self) -> dict[str, int]:
@@ -62,8 +60,9 @@ class Replay:
             elif self.seg_read is not None:
                 self.seg_read += len(recs)
             start = self.start_ts
-            if recs[0][2] < start or recs[-1][2] < start:
-                recs = [r for r in recs if r[2] >= start]
+            tss = recs.tss
+            if tss[0] < start or tss[-1] < start:
+                recs = recs.where([ts >= start for ts in tss])
             if recs:
                 self.pending, self.next = recs, 0
                 return True
@@ -98,42 +97,52 @@ class Replay:
             return []
         return [m for m in msgs if m[2] < threshold]
 
-    def take(self, n: int) -> list[tuple]:
-        """Up to ``n`` retained messages as queued messages (attempts start over); DPUB records
-        still in their delay go to the channel's deferred heap for the rest of it. Once the log
-        has nothing more, the channel goes back to live delivery."""
-        out: list[tuple] = []
-        while len(out) < n:
+    def take(self, n: int) -> Records:
+        """Up to ``n`` retained messages as queued messages (attempts start over), by column
+        (the channel iterates them without a tuple each); DPUB records still in their delay go
+        to the channel's deferred heap for the rest of it. Once the log has nothing more, the
+        channel goes back to live delivery."""
+        out: Records | None = None
+        got = 0
+        while got < n:
             if self.next >= len(self.pending) and (self.caught_up or not self._fill()):
                 self.finish()
                 break
             i = self.next
-            chunk = self.pending[i:i + n - len(out)]
+            chunk = self.pending.part(i, i + n - got)
             self.next = i + len(chunk)
-            if any(map(_delay, chunk)):  # (a record's 4th field is its DPUB delay, mostly 0)
+            if chunk.delays is not None:  # (a DPUB's record: its 4th field is its delay)
                 chunk = self._due(chunk)
-            out += chunk
-        self.channel.message_count += len(out)
-        self.replayed += len(out)
+            if out is None:
+                out = chunk
+            else:
+                out.extend(chunk)
+            got = len(out)
+        if out is None:
+            out = Records()
+        self.channel.message_count += got
+        self.replayed += got
         return out
 
-    def _due(self, recs: list[tuple]) -> list[tuple]:
+    def _due(self, recs: Records) -> Records:
         now = _time_ns()
         channel = self.channel
-        out = []
+        keep = []
         for mid, body, ts, delay in recs:
-            if delay and ts + delay * 1_000_000 > now:
+            due_now = not delay or ts + delay * 1_000_000 <= now
+            keep.append(due_now)
+            if not due_now:
                 due = time.monotonic() + (ts + delay * 1_000_000 - now) / 1e9
                 heapq.heappush(channel.deferred, (due, next(_seq), (mid, body, ts, 0)))
                 channel.message_count += 1
-            else:
-                out.append((mid, body, ts, 0))
+        out = recs.where(keep)
+        out.delays = None  # (the rest are due: queued messages, attempts 0)
         return out
 
     def finish(self) -> None:
         """Caught up, or stopped (rewound again, emptied, deleted): nothing to resume."""
         self.cursor.close()
-        self.pending = []
+        self.pending = Records()
         name = self.channel.name
         if self.log.replaying.get(name) is self:
             del self.log.replaying[name]
@@ -148,7 +157,7 @@ class Replay:
             self.log.saved[channel.name] = self.state()
             self.log.replaying.pop(channel.name, None)
             self.cursor.close()
-            self.pending = []
+            self.pending = Records()
             return
         self.finish()
 
