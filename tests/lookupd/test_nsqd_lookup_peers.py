@@ -254,6 +254,33 @@ def test_unreachable_lookupd_retries_quietly(lookupd_factory, helpers):
     run(scenario())
 
 
+def test_a_reply_in_time_counts_when_the_loop_was_busy_past_the_deadline(lookupd):
+    """nsqd's loop blocked longer than the 1 s deadline right after a REGISTER went out (a busy
+    or starved process): the reply came in time and sits unread when the deadline fires. It
+    counts: the session stays up (a drop would wipe and redo every registration at lookupd)."""
+    nsqd = FakeNsqd()
+
+    async def scenario():
+        peers = make_peers([lookupd.tcp_address], nsqd, timeout=0.3)
+        peers.start()
+        try:
+            await until(lambda: peers.connected(), what="connected")
+            loop = asyncio.get_running_loop()
+            for i in range(3):
+                nsqd.topics[f"t{i}"] = []
+                peers.register(f"t{i}")
+                await asyncio.sleep(0)  # the peer's task writes the REGISTER and waits
+                loop.call_soon(time.sleep, 0.6)  # then the loop is blocked twice the deadline
+                await until(lambda i=i: producers(lookupd, f"t{i}") == [("127.0.0.1", 4150, 4151)],
+                            what=f"t{i} registered")
+            assert peers.connected() == [lookupd.tcp_address]
+            assert nsqd.identify_calls == 1, "the session was dropped and made again"
+        finally:
+            await peers.close()
+
+    run(scenario())
+
+
 def test_lookupd_error_reply_causes_reconnect(lookupd):
     """An nsqd with an invalid name in its snapshot gets a fatal error, logs it and retries."""
     nsqd = FakeNsqd()
