@@ -67,7 +67,7 @@ def _check(spark: Any, query_id: str) -> None:
         if not any(t in trigger for t in _TRIGGERS) or not _reads_nsq(execution):
             return
     except Exception as err:  # the guard must never break a query it cannot inspect
-        log.debug("nsq guard: cannot inspect query %s: %s", query_id, err)
+        log.warning("nsq guard: cannot inspect query %s: %s", query_id, err)
         return
     REFUSED[query_id] = AVAILABLE_NOW_UNSUPPORTED
     log.error("%s (query %s stopped)", AVAILABLE_NOW_UNSUPPORTED, query_id)
@@ -75,10 +75,21 @@ def _check(spark: Any, query_id: str) -> None:
     threading.Thread(target=query.stop, name="nsqpy-guard-stop", daemon=True).start()
 
 
-#: how a streaming scan of a data source named nsq prints in the query's plan (4.0 and 4.1)
+#: how a data source named nsq prints in the query's analyzed plan (4.0 and 4.1): a relation
+#: not yet turned into a scan, so reading it starts nothing
+_NSQ_RELATION = re.compile(r"StreamingRelationV2 \S*PythonDataSourceV2@\S+, nsq, ")
+#: how a streaming scan of a data source named nsq prints in the query's logical plan
 _NSQ_SCAN = re.compile(r"StreamingDataSourceV2\w*Relation\[[^\]]*\] nsq\s*$", re.MULTILINE)
 
 
 def _reads_nsq(execution: Any) -> bool:
-    """Whether the query's plan scans a Python data source named ``nsq``."""
-    return bool(_NSQ_SCAN.search(execution.logicalPlan().toString()))
+    """Whether the query reads a Python data source named ``nsq``. The analyzed plan first: the
+    logical plan is made on first use, and making it creates every source's reader (a Python
+    worker that must connect back within 10 s): on a busy machine that can fail inside this
+    listener, and the guard would let a query it could not inspect run its one uncommitted
+    batch (CI, 2026-11-29: a Once query not refused)."""
+    try:
+        analyzed = execution.analyzedPlan().treeString()
+    except Exception:  # noqa: BLE001 - a PySpark whose execution has no analyzedPlan
+        return bool(_NSQ_SCAN.search(execution.logicalPlan().toString()))
+    return bool(_NSQ_RELATION.search(analyzed))
