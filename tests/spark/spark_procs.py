@@ -20,12 +20,15 @@ SPARK_HOME = Path(pyspark.__file__).resolve().parent
 
 
 def spark_env(**extra: str) -> dict[str, str]:
-    """The environment of a Spark JVM: its Python workers run this interpreter (it has nsqpy)."""
+    """The environment of a Spark JVM: its Python workers run this interpreter (it has nsqpy),
+    through tests/spark/worker_python as the tests' own sessions do (pyspark's bytecode cached:
+    a Spark Connect server's streaming source must connect back within Spark's fixed 10 s)."""
     env = dict(os.environ)
     env.update(
         SPARK_HOME=str(SPARK_HOME),
         SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
+        NSQPY_WORKER_PYTHON=sys.executable,
+        PYSPARK_PYTHON=str(Path(__file__).with_name("worker_python")),
         SPARK_NO_DAEMONIZE="1",
     )
     env.update(extra)
