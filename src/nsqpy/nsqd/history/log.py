@@ -149,10 +149,6 @@ class Records:
         return zip(self.ids, self.bodies, self.tss,
                    repeat(0, len(self.ids)) if delays is None else delays)
 
-    def __getitem__(self, i: int) -> tuple:
-        return (self.ids[i], self.bodies[i], self.tss[i],
-                0 if self.delays is None else self.delays[i])
-
     def part(self, start: int, stop: int) -> "Records":
         """Records ``start`` to ``stop`` (list slices: pointers copied in C)."""
         delays = self.delays
@@ -166,11 +162,17 @@ class Records:
                        list(compress(self.tss, keep)),
                        None if delays is None else list(compress(delays, keep)))
 
-    def extend(self, other: "Records") -> None:
-        if other.delays is not None and self.delays is None:
+    def delay_column(self) -> list[int]:
+        """``delays``, made (every record so far without one) when a first DPUB record comes."""
+        if self.delays is None:
             self.delays = [0] * len(self.ids)
-        if self.delays is not None:
-            self.delays += repeat(0, len(other)) if other.delays is None else other.delays
+        return self.delays
+
+    def extend(self, other: "Records") -> None:
+        if other.delays is not None:
+            self.delay_column().extend(other.delays)
+        elif self.delays is not None:
+            self.delays += repeat(0, len(other))
         self.ids += other.ids
         self.bodies += other.bodies
         self.tss += other.tss
@@ -192,9 +194,7 @@ def parse_block(buf: bytes, at: int, out: Records) -> None:
     else:
         _TSS.unpack_into(out.tss, buf, tpos, n)
     if delay or out.delays is not None:
-        if out.delays is None:
-            out.delays = [0] * len(out.ids)
-        out.delays += repeat(delay, n)
+        out.delay_column().extend(repeat(delay, n))
     _IDS.unpack_into(out.ids, buf, ipos, n)
     size = SIZE.unpack_from(buf, spos)[0]
     if buf[spos:ipos] == buf[spos:spos + 4] * n:  # one size (an MPUB's usual case)
