@@ -102,11 +102,17 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent.parent / "src"
 
 
+def worker_env() -> dict[str, str]:
+    """What makes Spark's Python workers run this interpreter (it has pyarrow and nsqpy),
+    through tests/spark/worker_python, so that they import pyspark with its cached bytecode:
+    for the tests' own sessions and for every Spark JVM they start (spark_procs.spark_env)."""
+    return {"NSQPY_WORKER_PYTHON": sys.executable,
+            "PYSPARK_PYTHON": str(Path(__file__).with_name("worker_python"))}
+
+
 def spark_env() -> None:
-    """Workers must run this interpreter (it has pyarrow and nsqpy), and must import nsqpy;
-    through tests/spark/worker_python, so that they import pyspark with its cached bytecode."""
-    os.environ["NSQPY_WORKER_PYTHON"] = sys.executable
-    os.environ["PYSPARK_PYTHON"] = str(Path(__file__).with_name("worker_python"))
+    """Workers must run this interpreter and must import nsqpy (:func:`worker_env`)."""
+    os.environ.update(worker_env())
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = os.environ.get("PYTHONPATH", "")
     if str(SRC) not in path.split(os.pathsep):

@@ -8,28 +8,27 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyspark
 
 from helpers.servers import free_port
+from spark.nsq_spark_util import worker_env
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 
 
 def spark_env(**extra: str) -> dict[str, str]:
-    """The environment of a Spark JVM: its Python workers run this interpreter (it has nsqpy),
-    through tests/spark/worker_python as the tests' own sessions do (pyspark's bytecode cached:
-    a Spark Connect server's streaming source must connect back within Spark's fixed 10 s)."""
+    """The environment of a Spark JVM: its Python workers run as the tests' own sessions' do
+    (:func:`worker_env`: pyspark's bytecode cached, for a Spark Connect server's streaming
+    source must connect back within Spark's fixed 10 s)."""
     env = dict(os.environ)
     env.update(
         SPARK_HOME=str(SPARK_HOME),
         SPARK_LOCAL_IP="127.0.0.1",
-        NSQPY_WORKER_PYTHON=sys.executable,
-        PYSPARK_PYTHON=str(Path(__file__).with_name("worker_python")),
         SPARK_NO_DAEMONIZE="1",
+        **worker_env(),
     )
     env.update(extra)
     return env
