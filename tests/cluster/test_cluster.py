@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -181,3 +182,40 @@ def test_config_put_changes_lookupd_peers_live(tmp_path):
     finally:
         node.stop()
         extra.stop()
+
+
+def test_a_topic_made_while_a_lookupd_is_being_added_still_gets_its_channels(tmp_path):
+    """The lookupd is put back with ``PUT /config/nsqlookupd_tcp_addresses`` and a publish to a
+    topic new on the node follows in the same read (pipelined on one connection): the topic
+    asks that lookupd for its channels once it has answered IDENTIFY, as upstream's lookup loop
+    connects a peer before it uses it, so the registered channel gets the message."""
+    lookupd = Nsqlookupd(tmp_path / "lookupd")
+    node = Nsqd(tmp_path / "nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}")
+    try:
+        topic = unique_name()
+        post(node.http_address, f"/topic/create?topic={topic}")
+        post(node.http_address, f"/channel/create?topic={topic}&channel=archive")
+        wait_until(lambda: get_json(lookupd.http_address, f"/channels?topic={topic}") ==
+                   {"channels": ["archive"]}, what="channel registration")
+        post(node.http_address, f"/topic/delete?topic={topic}")  # lookupd keeps the channel's name
+        put = urllib.request.Request(f"http://{node.http_address}/config/nsqlookupd_tcp_addresses",
+                                     data=b'["127.0.0.1:1"]', method="PUT")
+        urllib.request.urlopen(put, timeout=5).read()
+        back = json.dumps([lookupd.tcp_address]).encode()
+        requests = (b"PUT /config/nsqlookupd_tcp_addresses HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(back), back) +
+                    b"POST /pub?topic=%s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nfirst"
+                    % topic.encode())
+        with socket.create_connection(("127.0.0.1", node.http_port), timeout=10) as sock:
+            sock.sendall(requests)
+            answers = b""
+            while answers.count(b"HTTP/1.1 200 OK") < 2:
+                chunk = sock.recv(65536)
+                assert chunk, f"connection closed after {answers!r}"
+                answers += chunk
+        wait_until(lambda: [(c["channel_name"], c["depth"]) for c in get_json(
+            node.http_address, f"/stats?format=json&topic={topic}")["topics"][0]["channels"]]
+            == [("archive", 1)], what="the channel pre-created with the message")
+    finally:
+        node.stop()
+        lookupd.stop()

@@ -124,7 +124,8 @@ class Side:
         answers then follow the nsqd, not the requests). Port 1 is one the requests set."""
         log = self.procs[1].log() if len(self.procs) > 1 else ""
         return [line for line in log.splitlines()
-                if "ERROR: LOOKUPD(" in line and "127.0.0.1:1)" not in line]
+                if ("ERROR: LOOKUPD(" in line and "127.0.0.1:1)" not in line)
+                or "failed to query nsqlookupd" in line]
 
     def stop(self) -> None:
         for wire in getattr(self, "wires", ()):

@@ -124,6 +124,8 @@ class _Peer:
         self.task: asyncio.Task | None = None
         self.conn: _Connection | None = None
         self._wakeup = asyncio.Event()
+        #: set once the first attempt has ended: IDENTIFY answered (``info`` known) or failed
+        self.first_attempt_over = asyncio.Event()
 
     def __str__(self) -> str:
         return self.addr
@@ -152,6 +154,7 @@ class _Peer:
         self._drop()
 
     def _drop(self) -> None:
+        self.first_attempt_over.set()
         self.state = _DISCONNECTED
         self.queue.clear()
         if self.conn is not None:
@@ -213,6 +216,7 @@ class _Peer:
             self.info = {**(self.info or _NO_PEER_INFO), **decode_struct(reply, _PEER_INFO)}
         except GoJSONError:
             raise LookupdError(f"parsing response - {reply!r}") from None
+        self.first_attempt_over.set()
         i = self.info
         log.info("LOOKUPD(%s): peer info {TCPPort:%d HTTPPort:%d Version:%s BroadcastAddress:%s}",
                  self, i["tcp_port"], i["http_port"], i["version"], i["broadcast_address"])
@@ -369,6 +373,30 @@ class LookupdPeers:
             if info and info["broadcast_address"]:
                 out.append(join_host_port(info["broadcast_address"], info["http_port"]))
         return out
+
+    def identifying(self) -> bool:
+        """Whether a lookupd added is still on its first attempt to connect and IDENTIFY."""
+        return any(not peer.first_attempt_over.is_set() for peer in self._peers.values())
+
+    async def first_answers(self) -> None:
+        """Wait until every lookupd added has answered its first IDENTIFY or failed to.
+
+        Until then :meth:`http_addresses` does not know its HTTP port. Upstream's lookup loop
+        connects a peer added by ``PUT /config/nsqlookupd_tcp_addresses`` (or at start-up)
+        before it publishes the new peer list, which takes Go well under a millisecond; a topic
+        created right after on a busy machine would otherwise ask no lookupd for its channels.
+        Each attempt ends within its dial and read deadlines; the wait is bounded besides."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 3 * self.timeout
+        for peer in list(self._peers.values()):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            try:
+                async with asyncio.timeout(remaining):
+                    await peer.first_attempt_over.wait()
+            except TimeoutError:
+                return
 
     def connected(self) -> list[str]:
         """Addresses of the lookupds we are currently registered with (tests, stats)."""

@@ -209,7 +209,7 @@ class NSQD:
     def on_topic_created(self, topic: Topic) -> None:
         self.lookup.register(topic.name)
         self._schedule_persist(topic.ephemeral)
-        if not self._loading and self.lookup.http_addresses():
+        if not self._loading and (self.lookup.http_addresses() or self.lookup.identifying()):
             topic.ready = False  # messages wait until lookupd's channels exist
             task = self.loop.create_task(self._precreate_channels(topic))
             self._tasks.append(task)
@@ -253,9 +253,14 @@ class NSQD:
         timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
                                         connect=opts.http_client_connect_timeout)
         names: set[str] = set()
-        addrs = self.lookup.http_addresses()
         errors: list[str] = []
         try:
+            await self.lookup.first_answers()
+            addrs = self.lookup.http_addresses()
+            if not addrs:
+                self.logger.error("no available nsqlookupd to query for channels to pre-create "
+                                  "for topic %s", topic.name)
+                return
             async with aiohttp.ClientSession(timeout=timeout) as session:
                 for addr in addrs:
                     # upstream's clusterinfo line, which operators grep for
