@@ -22,7 +22,9 @@ tcp_mpub         ``bench_writer`` / ``bench_reader`` (MPUB 200 x 200 B, default 
 ===============  ===============================================================================
 
 The HTTP rows also print each side's CPU time per request (all its threads): on a loaded machine
-that is the steadier figure, since req/s then measures how much CPU each side got. The load
+that is the steadier figure, since req/s then measures how much CPU each side got; and its minor
+page faults per request (pages the kernel mapped and zeroed on first touch: with nothing
+consuming, ``mpub``'s queue only grows, and fresh memory is part of each request's cost). The load
 average at the start and end of each row is printed with it; run on a quiet machine for the
 table in docs/benchmarks.md, and read ``bench/request_cost_bench.py`` (our code alone, or its
 instructions under valgrind) when the machine is busy.
@@ -88,7 +90,8 @@ def http_row(name: str, flags: tuple[str, ...], duration: float) -> Callable[[Pa
             got = http_bench.run_wrk(row, server.http, duration, workdir, server.proc.pid)
         finally:
             server.close()
-        return {name: got["rps"] * row.messages, f"{name}_cpu_us": got["cpu_us"]}
+        return {name: got["rps"] * row.messages, f"{name}_cpu_us": got["cpu_us"],
+                f"{name}_faults": got["faults"]}
 
     return run
 
@@ -323,7 +326,9 @@ def main() -> int:
     print("\n| figure | unit | upstream | nsqpy | ratio | goal |\n|---|---|---:|---:|---:|---|")
     for key, ours, theirs, r in table:
         unit = UNITS.get(key, ("us CPU/req" if key.endswith("_cpu_us")
-                               else "ms CPU/req" if key.endswith("_cpu_ms") else "ms", False))[0]
+                               else "ms CPU/req" if key.endswith("_cpu_ms")
+                               else "page faults/req" if key.endswith("_faults") else "ms",
+                               False))[0]
         shown = f"{theirs:,.2f}" if theirs is not None else "-"
         print(f"| {key} | {unit} | {shown} | {ours:,.2f} | {r} | {GOALS.get(key, '')} |")
     return 0
