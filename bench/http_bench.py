@@ -159,10 +159,21 @@ def register_producer(port: int, n: int) -> socket.socket:
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` from its third field on (the state), all threads summed."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def minor_faults(pid: int) -> int:
+    """Minor page faults of a process so far, all its threads: each is a page the kernel
+    mapped (and, for fresh memory, zeroed) on first touch."""
+    return int(_stat_fields(pid)[7])
 
 
 def run_wrk(row: Row, port: int, duration: float, workdir: Path,
@@ -179,10 +190,12 @@ def run_wrk(row: Row, port: int, duration: float, workdir: Path,
     lines += [f'wrk.headers["{name}"] = "{value}"' for name, value in row.headers]
     script.write_text("\n".join(lines) + "\n")
     cpu_before = cpu_seconds(pid) if pid else 0.0
+    faults_before = minor_faults(pid) if pid else 0
     out = subprocess.run(["wrk", "-t1", f"-c{row.connections}", f"-d{duration:g}s", "--latency",
                           "-s", str(script), f"http://127.0.0.1:{port}{row.path}"],
                          capture_output=True, text=True, timeout=duration + 60).stdout
     cpu = cpu_seconds(pid) - cpu_before if pid else float("nan")
+    faults = minor_faults(pid) - faults_before if pid else float("nan")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -193,7 +206,8 @@ def run_wrk(row: Row, port: int, duration: float, workdir: Path,
         m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
         lat[pct] = float(m.group(1)) * _UNITS[m.group(2)] if m else float("nan")
     return {"rps": rps, "p50": lat["50"], "p99": lat["99"],
-            "cpu_us": cpu / total * 1e6 if total else float("nan")}
+            "cpu_us": cpu / total * 1e6 if total else float("nan"),
+            "faults": faults / total if total else float("nan")}
 
 
 def measure(side: str, bin_dir: Path | None, rows: list[Row], duration: float,

@@ -6,6 +6,8 @@ the same flags on both sides):
 ===============  ===============================================================================
 mpub             HTTP ``POST /mpub`` 100 x 200 B (text), wrk, 16 connections,
                  ``--mem-queue-size=100000000`` (nothing written to disk): messages/s
+mpub_channel     the same to a topic with one channel and no consumer (the messages queue in
+                 the channel rather than at the topic)
 writer_batch1    upstream's ``bench_writer --batch-size=1 --size=200`` (one MPUB of one message
                  per round trip, one connection per core): messages/s
 stats_clients    ``GET /stats?format=json`` with 2,000 V2 consumers subscribed to one channel:
@@ -22,13 +24,19 @@ tcp_mpub         ``bench_writer`` / ``bench_reader`` (MPUB 200 x 200 B, default 
 ===============  ===============================================================================
 
 The HTTP rows also print each side's CPU time per request (all its threads): on a loaded machine
-that is the steadier figure, since req/s then measures how much CPU each side got. The load
+that is the steadier figure, since req/s then measures how much CPU each side got; and its minor
+page faults per request (pages the kernel mapped and zeroed on first touch: with nothing
+consuming, ``mpub``'s queue only grows, and fresh memory is part of each request's cost). The load
 average at the start and end of each row is printed with it; run on a quiet machine for the
 table in docs/benchmarks.md, and read ``bench/request_cost_bench.py`` (our code alone, or its
 instructions under valgrind) when the machine is busy.
 
     NSQ_UPSTREAM_BIN=<dir of upstream's binaries> .venv/bin/python bench/measure_bench.py
-    ... [--rounds 3] [--rows mpub,pub,ping] [--duration 5]
+    ... [--rounds 3] [--rows mpub,pub,ping] [--duration 5] [--side base=<dir>]
+
+``--side base=<dir>`` adds a side whose ``<dir>/nsqd`` is, say, a two-line script running
+another checkout of ours (``PYTHONPATH=<checkout>/src exec .venv/bin/nsqd "$@"``): the rows
+then print it beside ours and upstream, every side in turn, for a before/after in one run.
 
 Without ``NSQ_UPSTREAM_BIN`` only ours is measured (and the rows needing upstream's
 ``bench_writer``/``bench_reader`` are skipped).
@@ -48,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Callable
 
@@ -62,7 +71,8 @@ OURS = Path(sys.executable).parent
 MEMORY = "--mem-queue-size=100000000"
 
 #: row -> (unit, higher is better)
-UNITS = {"mpub": ("msgs/s", True), "writer_batch1": ("msgs/s", True),
+UNITS = {"mpub": ("msgs/s", True), "mpub_channel": ("msgs/s", True),
+         "writer_batch1": ("msgs/s", True),
          "stats_clients": ("ms", False), "stats_topics": ("ms", False),
          "pub": ("req/s", True), "ping": ("req/s", True), "gc_pause": ("ms", False),
          "gc_pause_cpu_ms": ("ms CPU", False),
@@ -78,17 +88,24 @@ def load_average() -> str:
 
 # --- HTTP rows (wrk) ---------------------------------------------------------------------------
 
-def http_row(name: str, flags: tuple[str, ...], duration: float) -> Callable[[Path, Path], dict]:
-    row = http_bench.ROWS[name]
+def http_row(name: str, flags: tuple[str, ...], duration: float, row_name: str = "",
+             before: tuple[str, ...] = ()) -> Callable[[Path, Path], dict]:
+    """wrk on ``http_bench``'s row ``row_name`` (``name`` by default), reported as ``name``;
+    ``before``: paths POSTed first (a channel created, say)."""
+    row = http_bench.ROWS[row_name or name]
 
     def run(bin_dir: Path, workdir: Path) -> dict:
         server = http_bench.Server("nsqd", bin_dir, workdir, flags)
         try:
+            for path in before:
+                urllib.request.urlopen(urllib.request.Request(
+                    f"http://127.0.0.1:{server.http}{path}", method="POST"), timeout=10).close()
             http_bench.run_wrk(row, server.http, 1.0, workdir)  # warm-up
             got = http_bench.run_wrk(row, server.http, duration, workdir, server.proc.pid)
         finally:
             server.close()
-        return {name: got["rps"] * row.messages, f"{name}_cpu_us": got["cpu_us"]}
+        return {name: got["rps"] * row.messages, f"{name}_cpu_us": got["cpu_us"],
+                f"{name}_faults": got["faults"]}
 
     return run
 
@@ -270,6 +287,8 @@ def scenarios(args: argparse.Namespace, upstream: bool) -> dict[str, Callable[[P
     runfor = f"{args.duration:g}s"
     found = {
         "mpub": http_row("mpub", (MEMORY,), args.duration),
+        "mpub_channel": http_row("mpub_channel", (MEMORY,), args.duration, "mpub",
+                                 ("/topic/create?topic=h", "/channel/create?topic=h&channel=c")),
         "writer_batch1": writer_batch1(runfor),
         "stats_clients": stats_clients,
         "stats_topics": stats_topics,
@@ -296,6 +315,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per wrk/bench run")
     ap.add_argument("--rows", default="", help="comma-separated rows (default: all)")
+    ap.add_argument("--side", action="append", default=[], metavar="NAME=DIR",
+                    help="one more side: DIR holds an nsqd (e.g. a script running another "
+                         "checkout of ours), measured in turn with the others (A/B of two trees)")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found (Debian: apt-get install wrk; `make bench` installs it)")
@@ -303,7 +325,8 @@ def main() -> int:
     sides = [("nsqpy", OURS)]
     if env and (Path(env) / "nsqd").exists():
         sides.append(("upstream", Path(env)))
-    rows = scenarios(args, len(sides) > 1)
+    sides += [(name, Path(path)) for name, _, path in (arg.partition("=") for arg in args.side)]
+    rows = scenarios(args, any(name == "upstream" for name, _ in sides))
     names = [n for n in args.rows.split(",") if n] or list(rows)
     print(f"# measure_bench: {args.rounds} round(s), sides {[s for s, _ in sides]}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
@@ -320,10 +343,18 @@ def main() -> int:
                 theirs = (statistics.median(figures["upstream"][key])
                           if key in figures.get("upstream", {}) else None)
                 table.append((key, ours, theirs, ratio(key, ours, theirs or 0)))
+                for side, _ in sides:
+                    if side not in ("nsqpy", "upstream") and key in figures[side]:
+                        other = statistics.median(figures[side][key])
+                        table.append((f"{key} ({side})", other, theirs,
+                                      ratio(key, other, theirs or 0)))
     print("\n| figure | unit | upstream | nsqpy | ratio | goal |\n|---|---|---:|---:|---:|---|")
     for key, ours, theirs, r in table:
-        unit = UNITS.get(key, ("us CPU/req" if key.endswith("_cpu_us")
-                               else "ms CPU/req" if key.endswith("_cpu_ms") else "ms", False))[0]
+        base = key.split(" ")[0]
+        unit = UNITS.get(base, ("us CPU/req" if base.endswith("_cpu_us")
+                                else "ms CPU/req" if base.endswith("_cpu_ms")
+                                else "page faults/req" if base.endswith("_faults") else "ms",
+                                False))[0]
         shown = f"{theirs:,.2f}" if theirs is not None else "-"
         print(f"| {key} | {unit} | {shown} | {ours:,.2f} | {r} | {GOALS.get(key, '')} |")
     return 0

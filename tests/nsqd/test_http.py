@@ -17,6 +17,7 @@ from helpers.wire import Wire
 from nsqpy.common.goweb import parse_query
 from nsqpy.common.router import Router, clean_path
 from nsqpy.nsqd.http_mpub import BinaryMpub, TextMpub
+from nsqpy.protocol.message import IdFactory, text_run_lines, text_run_messages
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -134,15 +135,25 @@ def test_clean_path_and_router_lookup():
     assert r.allowed("/nope", "POST") == ""
 
 
-def _mpub(reader_class, pieces: list[bytes], max_body: int, max_msg: int):
-    """A /mpub body fed to its reader in ``pieces``: the published bodies, or the error text."""
+def _mpub(reader_class, pieces: list[bytes], max_body: int, max_msg: int, whole: bool = False):
+    """A /mpub body fed to its reader in ``pieces``: the published bodies, or the error text.
+    ``whole``: the text reader may hand the body over unsplit, which nsqd then publishes as a
+    run (``NsqdHTTP._publish_text``) when ``text_run_lines`` can count it, or split."""
     published = []
 
     def publish(topic, bodies):
         published.append(bodies)
         return "published"
 
-    reader = reader_class(publish, None, max_msg, max_body)
+    def publish_whole(topic, body):
+        n = text_run_lines(body)
+        if not n:
+            return publish(topic, list(filter(None, body.split(b"\n"))))
+        msgs = text_run_messages(IdFactory(1).next_id_block(n), body, 0)
+        return publish(topic, [m[1] for m in msgs])
+
+    reader = (reader_class(publish, None, max_msg, max_body, publish_whole) if whole
+              else reader_class(publish, None, max_msg, max_body))
     for piece in pieces:
         answer = reader.feed(piece)
         if answer is not None:
@@ -158,10 +169,11 @@ def _split(body: bytes, size: int) -> list[bytes]:
     return [body[i:i + size] for i in range(0, len(body), size)] or [b""]
 
 
+@pytest.mark.parametrize("whole", [False, True])
 @pytest.mark.parametrize("piece", [1, 2, 3, 7, 1000])
-def test_text_mpub_matches_upstream_line_loop(piece):
+def test_text_mpub_matches_upstream_line_loop(piece, whole):
     def text(body: bytes, max_body: int, max_msg: int):
-        return _mpub(TextMpub, _split(body, piece), max_body, max_msg)
+        return _mpub(TextMpub, _split(body, piece), max_body, max_msg, whole)
 
     assert text(b"a\n\nb\nc", 100, 10) == [b"a", b"b", b"c"]
     assert text(b"a\r\n", 100, 10) == [b"a\r"]
@@ -176,6 +188,13 @@ def test_text_mpub_matches_upstream_line_loop(piece):
     # an earlier long line wins over the body size, the line reaching the limit does not
     assert text(b"x" * 20 + b"\n" + b"y" * 10, 30, 10) == "MSG_TOO_BIG"
     assert text(b"x" * 5 + b"\n" + b"y" * 30, 30, 10) == "BODY_TOO_BIG"
+    # bodies a run can hold (no empty line) and bodies it cannot, whole or in pieces
+    assert text(b"ab\ncd\nef", 100, 10) == [b"ab", b"cd", b"ef"]
+    assert text(b"ab\ncd\ne\n", 100, 10) == [b"ab", b"cd", b"e"]
+    assert text(b"ab\ncd\n\n", 100, 10) == [b"ab", b"cd"]
+    assert text(b"\nab\ncd", 100, 10) == [b"ab", b"cd"]
+    assert text(b"ab\nc\nde", 100, 10) == [b"ab", b"c", b"de"]
+    assert text(b"abc\nd\nefg\n", 100, 10) == [b"abc", b"d", b"efg"]
 
 
 @pytest.mark.parametrize("piece", [1, 3, 5, 64, 100000])
@@ -335,6 +354,65 @@ def test_mpub_text_then_tcp_consume(node):
     assert call(node, "POST", f"/mpub?topic={topic}", body=b"").status == 200  # nothing to publish
     t = topic_stats(node, topic)
     assert (t["message_count"], t["message_bytes"]) == (4, 15)
+
+
+@pytest.mark.parametrize("channels", [0, 1, 2])
+def test_mpub_held_then_consumed_in_order(node, channels):
+    """What nobody consumes yet waits, at the topic (no channel) or in each channel; text
+    /mpub bodies without an empty line wait unsplit (as runs) beside other publishes. Depth
+    and counters count their messages at once, and every channel, made before or after, gets
+    every message in publish order, each with its own increasing id."""
+    topic = unique_name()
+    names = [f"ch{i}" for i in range(max(channels, 1))]
+    assert call(node, "POST", f"/topic/create?topic={topic}").status == 200
+    for name in names[:channels]:
+        assert call(node, "POST", f"/channel/create?topic={topic}&channel={name}").status == 200
+    bodies = [
+        b"\n".join(b"a%03d" % i for i in range(100)),  # one width: a run
+        b"\n".join(b"b%03d" % i for i in range(50)) + b"\n",  # the same, last newline
+        b"c1\nc22\n\nc333",  # an empty line: split at once
+        b"d-only",  # one line: a run
+        b"e1\ne22\ne333\n",  # widths differ: a run
+    ]
+    want: list[bytes] = []
+    for i, body in enumerate(bodies):
+        assert call(node, "POST", f"/mpub?topic={topic}", body=body).status == 200
+        want += filter(None, body.split(b"\n"))
+        assert call(node, "POST", f"/pub?topic={topic}", body=b"p%d" % i).status == 200
+        want.append(b"p%d" % i)
+    t = topic_stats(node, topic)
+    assert t["message_count"] == len(want) and t["message_bytes"] == sum(map(len, want))
+    assert t["depth"] == (len(want) if not channels else 0)
+    assert [c["depth"] for c in t["channels"]] == [len(want)] * channels
+    for name in names:
+        sub = Wire(node.tcp_address)
+        sub.sub(topic, name, rdy=len(want))
+        got = [sub.read_message() for _ in want]
+        assert [m.body for m in got] == want
+        ids = [m.id for m in got]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+        assert all(m.attempts == 1 for m in got)
+        sub.close()
+
+
+@pytest.mark.parametrize("channel", [False, True])
+def test_mpub_held_survives_a_clean_restart(nsqd_factory, channel):
+    """What waits unsplit is written to the disk queue at shutdown, as any message."""
+    node = nsqd_factory()
+    topic = unique_name()
+    if channel:
+        assert call(node, "POST", f"/topic/create?topic={topic}").status == 200
+        assert call(node, "POST", f"/channel/create?topic={topic}&channel=ch").status == 200
+    body = b"\n".join(b"m%04d" % i for i in range(300))
+    for _ in range(3):
+        assert call(node, "POST", f"/mpub?topic={topic}", body=body).status == 200
+    assert node.stop() == 0
+    node = node.restart()
+    t = topic_stats(node, topic)
+    assert (t["channels"][0]["depth"] if channel else t["depth"]) == 900
+    sub = Wire(node.tcp_address)
+    sub.sub(topic, "ch", rdy=900)
+    assert [sub.read_message().body for _ in range(900)] == body.split(b"\n") * 3
 
 
 def test_mpub_binary_then_tcp_consume(node):

@@ -10,6 +10,7 @@ from collections import deque
 import pytest
 
 from nsqpy.nsqd.memqueue import CHUNK, MessageQueue
+from nsqpy.protocol.message import IdFactory
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -76,3 +77,56 @@ def test_queued_messages_are_not_tracked_by_the_collector() -> None:
     assert not any(gc.is_tracked(c) for c in chunks)
     assert not any(gc.is_tracked(m) for m in queue)
     assert [m[0] for m in queue.take(21_001)] == [b"%016x" % i for i in range(21_001)]
+
+
+def _run(factory: IdFactory, lines: list[bytes], ts: int) -> tuple[tuple, list[tuple]]:
+    """A text run of ``lines`` and the messages it stands for, made as a publish makes them."""
+    ids = factory.next_id_block(len(lines))
+    run = (ids, b"\n".join(lines) + b"\n", ts)
+    return run, [(ids[i * 16:i * 16 + 16], line, ts, 0) for i, line in enumerate(lines)]
+
+
+def test_runs_come_out_as_their_messages_in_order() -> None:
+    """Runs (text /mpub bodies kept unsplit) between plain appends: takes of every size and
+    iteration give the messages a deque of the same publishes gives."""
+    rng = random.Random(7)
+    factory = IdFactory(3)
+    queue, model = MessageQueue(), deque()
+    n = 0
+    for _ in range(3000):
+        r = rng.random()
+        if r < 0.3:
+            size = rng.choice([1, 2, 100, CHUNK + 1])
+            run, msgs = _run(factory, [b"r%07d" % (n + i) for i in range(size)], n)
+            queue.extend_run(run, size)
+        elif r < 0.6:
+            size = rng.choice([1, 7, CHUNK])
+            msgs = [msg(n + i) for i in range(size)]
+            queue.extend(msgs)
+        else:
+            want = rng.choice([1, 3, 50, CHUNK, 2500])
+            assert queue.take(want) == [model.popleft() for _ in range(min(want, len(model)))]
+            assert len(queue) == len(model)
+            continue
+        n += size
+        model.extend(msgs)
+        assert len(queue) == len(model)
+        if rng.random() < 0.02:
+            assert list(queue) == list(model)
+        if rng.random() < 0.05:
+            gc.collect(0)
+    assert list(queue) == list(model)
+    assert queue.take(len(model) + 1) == list(model)
+    assert not queue
+
+
+def test_runs_are_not_tracked_by_the_collector() -> None:
+    """A run is three atomic values: the first pass untracks it, as it does a sealed chunk."""
+    queue = MessageQueue()
+    factory = IdFactory(3)
+    for i in range(100):
+        queue.extend_run(_run(factory, [b"%06d" % j for j in range(100)], i)[0], 100)
+    gc.collect()
+    runs = gc.get_referents(queue._chunks)
+    assert len(runs) == 100 and not any(gc.is_tracked(r) for r in runs)
+    assert len(queue) == 10_000 and queue.take(10_000)[-1][1] == b"%06d" % 99

@@ -11,7 +11,8 @@ from nsqpy.protocol.frames import (
     FrameDecoder, FrameTooLarge, encode_error, encode_frame,
 )
 from nsqpy.protocol.message import (
-    IdFactory, decode_message, encode_message, encode_message_frame,
+    IdFactory, decode_message, encode_message, encode_message_frame, text_run_lines,
+    text_run_messages,
 )
 from nsqpy.protocol.names import is_ephemeral, is_valid_name
 
@@ -72,6 +73,44 @@ def test_ids_follow_the_snowflake_layout_across_sequence_rollovers(monkeypatch):
     expected = [b"%016x" % ((((tick + i // 4096) - message._TWEPOCH) << 22) | 7 << 12 | i % 4096)
                 for i in range(len(ids))]
     assert ids == expected
+
+
+def test_id_blocks_are_the_ids_back_to_back_across_sequence_rollovers(monkeypatch):
+    """A frozen clock: a block spanning a borrowed tick holds the ids next_ids would give."""
+    import nsqpy.protocol.message as message
+    monkeypatch.setattr(message.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    a, b = IdFactory(7), IdFactory(7)
+    for count in (3000, 5000, 1, 4096):
+        block = a.next_id_block(count)
+        assert [block[i:i + 16] for i in range(0, len(block), 16)] == b.next_ids(count)
+
+
+def test_text_runs_count_and_make_what_the_line_split_makes():
+    """Every body of short lines over a small alphabet: a body ``text_run_lines`` counts makes,
+    as a run, exactly the non-empty lines the /mpub split publishes; it refuses only bodies
+    with an empty line."""
+    import itertools
+
+    ids = IdFactory(1)
+    taken = 0
+    for size in range(1, 9):
+        for letters in itertools.product(b"a\n", repeat=size):
+            body = bytes(letters)
+            lines = list(filter(None, body.split(b"\n")))
+            n = text_run_lines(body)
+            if not n:  # only a body with an empty line
+                parts = body.split(b"\n")
+                if not parts[-1]:
+                    parts.pop()
+                assert b"" in parts, body
+                continue
+            taken += 1
+            block = ids.next_id_block(n)
+            msgs = text_run_messages(block, body, 5)
+            assert [m[1] for m in msgs] == lines and len(lines) == n, body
+            assert [m[0] for m in msgs] == [block[i:i + 16] for i in range(0, 16 * n, 16)]
+            assert {(m[2], m[3]) for m in msgs} == {(5, 0)}
+    assert taken == 87  # of the 510 bodies: the others hold an empty line
 
 
 def test_id_factory_rejects_bad_node():

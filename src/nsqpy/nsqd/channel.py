@@ -24,7 +24,7 @@ from itertools import repeat
 
 from ..protocol.errors import E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED, ClientError
 from ..protocol.frames import encode_error
-from ..protocol.message import FRAME_HEAD_BEFORE_ID, encode_message
+from ..protocol.message import FRAME_HEAD_BEFORE_ID, TextRun, encode_message
 from ..protocol.names import is_ephemeral
 from ..common.quantile import LatencyQuantiles
 from .hooks import Consumer, Host, Msg, TopicRef
@@ -100,7 +100,23 @@ class Channel:
         first (so its next batch is on its way while we deliver), and the publishes of one
         turn are delivered together."""
         self._enqueue(msgs)
-        self.message_count += len(msgs)
+        self._queued(len(msgs))
+
+    def takes_runs(self) -> bool:
+        """Whether what comes now would wait here in memory (no consumer, paused, a backlog
+        ahead of it, nothing on disk, no replay feeding it): then a text ``/mpub`` body can
+        wait as a run (:meth:`put_run`), its messages made when they are taken."""
+        return (self.feeder is None and not self.backend.depth and self.mem_cap > 0
+                and (not self.clients or self.paused or self.mem.length > 0))
+
+    def put_run(self, run: TextRun, count: int) -> None:
+        """The ``count`` messages of a run (``protocol.message.TextRun``), queued whole: the
+        caller checked :meth:`takes_runs` and the room in memory."""
+        self.mem.extend_run(run, count)
+        self._queued(count)
+
+    def _queued(self, count: int) -> None:
+        self.message_count += count
         if not self._dispatch_scheduled:
             self._dispatch_scheduled = True
             self.nsqd.loop.call_soon(self._scheduled_dispatch)

@@ -52,6 +52,7 @@ from ..common.log import NSQ_LEVEL_NUMBERS, RequestLog, set_level
 from ..common.router import Router, unrouted_answer
 from ..httpserver import DRAIN, IGNORE, STREAM, Endpoint, Head, HTTPServer, Request, Response
 from ..protocol.commands import go_quote, ms_to_duration_ns
+from ..protocol.message import text_run_lines
 from ..protocol.names import is_valid_name
 from .auth.needs import (
     ADMIN, ANY_STRICT, NODE, NODE_STRICT, OPEN, PUBLISH, PUBLISH_OR_SUBSCRIBE, STATS_STRICT,
@@ -337,19 +338,19 @@ class NsqdHTTP:
 
     # --- publishing -------------------------------------------------------------------------------
 
-    def _put(self, topic: "Topic", msgs: list[tuple], nbytes: int, delay: float = 0.0) -> None:
+    def _put(self, topic: "Topic", count: int, put: Callable[..., None], *args: Any) -> None:
+        """``put(*args)``, one of the topic's publishing methods, for ``count`` messages (none:
+        only the checks), its failures turned into upstream's answers."""
         if self.nsqd.exiting or topic.exiting:
             raise ApiError(503, "EXITING")
         try:
-            if delay > 0:
-                topic.put_deferred(msgs[0], delay)
-            elif msgs:
-                topic.put_many(msgs, nbytes)
+            if count:
+                put(*args)
         except PublishRefused as err:  # a drain, a full bounded queue (lifecycle/)
             raise ApiError(503, err.http_message) from None
         except OSError as err:
             self.logger.error("TOPIC(%s): failed to put %d message(s) - %s",
-                              topic.name, len(msgs), err)
+                              topic.name, count, err)
             raise ApiError(*_PUT_FAILED) from None
 
     def _published(self, topic: "Topic") -> Any:
@@ -418,7 +419,10 @@ class NsqdHTTP:
             if not 0 <= delay_ns <= self.nsqd.limits.max_defer_timeout_ms * 1_000_000:
                 raise ApiError(400, "INVALID_DEFER")
         msg = (self.nsqd.id_factory.next_id(), body, time.time_ns(), 0)
-        self._put(topic, [msg], size, delay_ns / 1e9)
+        if delay_ns > 0:
+            self._put(topic, 1, topic.put_deferred, msg, delay_ns / 1e9)
+        else:
+            self._put(topic, 1, topic.put_many, [msg], size)
         return self._published(topic)
 
     def mpub(self, request: Request) -> Any:
@@ -433,8 +437,10 @@ class NsqdHTTP:
             binary = _BOOL_PARAMS.get(raw_binary, True)
             if raw_binary not in _BOOL_PARAMS:
                 self.logger.warning("deprecated value '%s' used for /mpub binary param", raw_binary)
-        reader = BinaryMpub if binary else TextMpub
-        return reader(self._publish_bodies, topic, self.max_msg, self.max_body)
+        if binary:
+            return BinaryMpub(self._publish_bodies, topic, self.max_msg, self.max_body)
+        return TextMpub(self._publish_bodies, topic, self.max_msg, self.max_body,
+                        self._publish_text if topic.takes_runs() else None)
 
     def _publish_bodies(self, topic: "Topic", bodies: list[bytes]) -> Any:
         """A whole ``/mpub`` body read: its messages published, the answer."""
@@ -444,9 +450,24 @@ class NsqdHTTP:
                 ids = self.nsqd.id_factory.next_ids(n)
                 ts = time.time_ns()
                 msgs = list(zip(ids, bodies, itertools.repeat(ts, n), itertools.repeat(0, n)))
-                self._put(topic, msgs, sum(map(len, bodies)))
+                self._put(topic, n, topic.put_many, msgs, sum(map(len, bodies)))
             else:
-                self._put(topic, [], 0)
+                self._put(topic, 0, topic.put_many)
+        except ApiError as err:
+            return v1_error(err.status, err.message)
+        return self._published(topic)
+
+    def _publish_text(self, topic: "Topic", body: bytes) -> Any:
+        """A text ``/mpub`` body that came whole and holds no line too long, to a topic where
+        it would wait when its head came: published as a run (``Topic.put_run``), its
+        messages made only once they are needed, unless it holds an empty line."""
+        n = text_run_lines(body)
+        if not n:
+            return self._publish_bodies(topic, list(filter(None, body.split(b"\n"))))
+        run = (self.nsqd.id_factory.next_id_block(n), body, time.time_ns())
+        newlines = n - (body[-1] != 10)  # (one between each two lines, and maybe a last one)
+        try:
+            self._put(topic, n, topic.put_run, run, n, len(body) - newlines)
         except ApiError as err:
             return v1_error(err.status, err.message)
         return self._published(topic)

@@ -35,11 +35,19 @@ _UNBOUNDED = 1 << 62
 
 
 class TextMpub:
-    """Text ``/mpub``: lines within ``max_body + 1`` bytes."""
+    """Text ``/mpub``: lines within ``max_body + 1`` bytes.
 
-    __slots__ = ("publish", "topic", "max_msg", "room", "bodies", "partial", "partial_len")
+    With ``publish_whole``, a body no longer than a message (which can hold no line too long,
+    and is not answered before its end) goes to it as it came, unsplit:
+    ``publish_whole(topic, body)``. Its pieces are held back for that until one more would
+    make it longer (they are then read as any others: nothing could have been answered on
+    them anyway) or the body ends."""
 
-    def __init__(self, publish: Publish, topic: Any, max_msg: int, max_body: int) -> None:
+    __slots__ = ("publish", "topic", "max_msg", "room", "bodies", "partial", "partial_len",
+                 "publish_whole", "held", "held_len")
+
+    def __init__(self, publish: Publish, topic: Any, max_msg: int, max_body: int,
+                 publish_whole: Callable[[Any, bytes], Any] | None = None) -> None:
         self.publish = publish
         self.topic = topic
         self.max_msg = max_msg
@@ -47,8 +55,25 @@ class TextMpub:
         self.bodies: list[bytes] = []
         self.partial: list[bytes] = []  # the line begun (dropped once it is too long anyway)
         self.partial_len = 0
+        self.publish_whole = publish_whole
+        # the pieces so far, while the body may still be published whole (None: it cannot)
+        self.held: list[bytes] | None = [] if publish_whole is not None else None
+        self.held_len = 0
 
     def feed(self, chunk: bytes) -> Any:
+        held = self.held
+        if held is not None:
+            size = self.held_len + len(chunk)
+            if size <= self.max_msg and size < self.room:
+                held.append(chunk)
+                self.held_len = size
+                return None
+            self.held = None  # too long to be published whole: read as it came
+            for piece in held:
+                self._feed(piece)
+        return self._feed(chunk)
+
+    def _feed(self, chunk: bytes) -> Any:
         last = len(chunk) >= self.room  # this piece reaches the limit's extra byte
         if last:
             chunk = chunk[:self.room]
@@ -90,6 +115,11 @@ class TextMpub:
         return None
 
     def end(self) -> Any:
+        held = self.held
+        if held:
+            self.held = None
+            body = held[0] if len(held) == 1 else b"".join(held)
+            return self.publish_whole(self.topic, body)  # type: ignore[misc]
         if self.partial_len:  # the last line, without its newline
             if self.partial_len > self.max_msg:
                 return v1_error(413, "MSG_TOO_BIG")
@@ -98,6 +128,7 @@ class TextMpub:
 
     def fail(self) -> None:
         self.bodies = []
+        self.held = None
 
 
 class BinaryMpub:

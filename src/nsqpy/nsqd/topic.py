@@ -13,7 +13,7 @@ import time
 from functools import partial
 from typing import Any, Callable
 
-from ..protocol.message import encode_message
+from ..protocol.message import TextRun, encode_message, text_run_messages
 from ..protocol.names import is_ephemeral
 from ..common.quantile import merged_result
 from .channel import Channel
@@ -74,6 +74,45 @@ class Topic:
             self.nsqd.commit.then(partial(self._kept, self._fan_out, msgs, nbytes), answer=False)
             return
         self._fan_out(msgs, nbytes)
+
+    def takes_runs(self) -> bool:
+        """Whether a publish now would wait in memory, here (no channel yet, paused, a
+        backlog ahead of it) or in every channel (:meth:`Channel.takes_runs`), with nothing
+        else to hand each message to (history, replication): then a text ``/mpub`` body can
+        wait as a run (:meth:`put_run`)."""
+        if (self.history is not None or self.nsqd.replicator is not None or self.backend.depth
+                or not self.mem_cap):
+            return False
+        if self._flowing() and not self.mem.length:
+            return all(c.takes_runs() for c in self.channels.values())
+        return True
+
+    def put_run(self, run: TextRun, count: int, nbytes: int) -> None:
+        """Publish the ``count`` messages of a text ``/mpub`` body (``protocol.message.TextRun``).
+        Where it would wait in memory (:meth:`takes_runs`, and room for it), the run is queued
+        whole, here or in each channel (one object shared), and its messages are made when
+        they are taken: a waiting ``/mpub`` costs one object and its body's bytes, not three
+        objects a message. Otherwise its messages are made now and published as any others."""
+        flowing = self._flowing() and not self.mem.length
+        if not self.takes_runs() or (not flowing and self.mem_cap - self.mem.length < count):
+            self.put_many(text_run_messages(*run), nbytes)
+            return
+        if self.guard is not None:
+            self.guard(self)
+        if flowing:
+            msgs = None  # made once for the channels without room for the run, if any
+            for channel in self.channels.values():
+                if channel.mem_cap - channel.mem.length >= count:
+                    channel.put_run(run, count)
+                else:
+                    if msgs is None:
+                        msgs = text_run_messages(*run)
+                    channel.put_many(msgs)
+        else:
+            self.mem.extend_run(run, count)
+            self._schedule_pump()
+        self.message_count += count
+        self.message_bytes += nbytes
 
     def _stages_only(self) -> bool:
         """Whether a fan-out now would only stage disk-queue writes (``--mem-queue-size=0``

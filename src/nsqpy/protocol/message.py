@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import time
+from itertools import repeat
 from typing import NamedTuple
 
 from .repeated import RepeatedRecords
@@ -84,26 +86,34 @@ class IdFactory:
 
     def next_ids(self, count: int) -> list[bytes]:
         """``count`` fresh ids; one clock read for the whole batch."""
+        ids: list[bytes] = []
+        _IDS.unpack_into(ids, self.next_id_block(count), 0, count)
+        return ids
+
+    def next_id_block(self, count: int) -> bytes:
+        """``count`` fresh ids back to back in one buffer (``16 * count`` bytes), taken as
+        :meth:`next_ids` takes them: a run of messages keeps its ids this way until they are
+        needed one by one."""
         tick = time.time_ns() >> 20
         if tick > self._last_tick:
             self._last_tick = tick
             self._seq = 0
-        ids: list[bytes] = []
         node_bits = self._node_bits
         seq = self._seq
         tick = self._last_tick
+        block = b""
         while count:
             if seq > _SEQUENCE_MASK:
                 tick += 1
                 seq = 0
             k = min(count, _SEQUENCE_MASK + 1 - seq)
             prefix = b"%013x" % ((((tick - _TWEPOCH) << 22) | node_bits) >> SEQUENCE_BITS)
-            _IDS.unpack_into(ids, prefix + prefix.join(_SEQ_HEX[seq:seq + k]), 0, k)
+            block += prefix + prefix.join(_SEQ_HEX[seq:seq + k])
             seq += k
             count -= k
         self._seq = seq
         self._last_tick = tick
-        return ids
+        return block
 
     def next_id(self) -> bytes:
         """One fresh id (an HTTP publish): the tick's prefix is kept, so an id is one concat."""
@@ -121,3 +131,46 @@ class IdFactory:
             self._prefix_tick = tick
         self._seq = seq + 1
         return self._prefix + _SEQ_HEX[seq]
+
+
+# --- runs: messages not made yet ----------------------------------------------------------------
+
+#: a text ``/mpub`` body kept whole: ``(ids, body, timestamp)``, where ``ids`` is the
+#: :meth:`IdFactory.next_id_block` of its messages, one per line of ``body`` (``\n``-separated,
+#: none empty, the last newline optional), all published at ``timestamp`` with 0 attempts
+TextRun = tuple[bytes, bytes, int]
+
+_EMPTY_LINE = re.compile(b"\n\n").search
+
+
+def text_run_lines(body: bytes) -> int:
+    """How many messages a non-empty ``body`` holds as a run, or 0 when one of its lines is
+    empty (a run must not hold it: its split would not skip it, as the line loop does).
+
+    The count and the check are the cheapest C scans found: ``bytes.count`` and a two-byte
+    ``in`` test a byte at a time (8 and 28 us for 100 x 200 B, the split a run saves costs 9),
+    while ``replace``, ``find`` and a strided slice of one byte run on ``memchr`` or touch
+    one byte per line. Lines of one width (a fixed-size producer's) are known to hold no
+    empty line from the byte after each; other bodies are searched for ``\n\n`` (7 us)."""
+    newlines = len(body) - len(body.replace(b"\n", b""))
+    if not newlines:
+        return 1
+    if body[0] == 10:
+        return 0
+    width = body.find(b"\n")
+    columns = body[width::width + 1]  # where each newline is in lines of that width
+    if (len(columns) != newlines or columns.count(b"\n") != newlines) and _EMPTY_LINE(body):
+        return 0
+    return newlines + (body[-1] != 10)
+
+
+def text_run_messages(ids: bytes, body: bytes, timestamp: int) -> list[tuple]:
+    """The messages ``(id, body, timestamp, attempts)`` of a :data:`TextRun`, as the publish
+    would have made them."""
+    bodies = body.split(b"\n")
+    if not bodies[-1]:
+        bodies.pop()
+    n = len(bodies)
+    id_list: list[bytes] = []
+    _IDS.unpack_into(id_list, ids, 0, n)
+    return list(zip(id_list, bodies, repeat(timestamp, n), repeat(0, n)))
