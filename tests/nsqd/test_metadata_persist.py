@@ -66,9 +66,17 @@ def test_2000_creates_never_stall_a_publisher(tmp_path):
         wire.close()
         assert len(waits) > 100  # the publisher ran alongside the whole burst
         waits.sort()
-        assert waits[-1] <= 0.020, f"max {waits[-1] * 1e3:.1f} ms, p99 {waits[len(waits) * 99 // 100] * 1e3:.1f} ms"
+        p99 = waits[len(waits) * 99 // 100]
+        # a write of nsqd.dat per create would hold every publish behind it; the bound is far
+        # from the ~1 ms a quiet machine shows, so a busy one passes (max 38 ms, p99 20 ms seen
+        # at a load average of 15 on 2 cores)
+        assert p99 <= 0.100, f"max {waits[-1] * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms"
     finally:
         assert node.stop() == 0
+    # what keeps the loop free, whatever the machine's speed: the 2,000 creates were written
+    # together, several to a write (about 170 writes here on a quiet machine), not one each
+    writes = node.log().count("NSQ: persisting topic/channel metadata")
+    assert 2 <= writes <= 1000, writes
     # complete at a clean exit
     assert _topics(tmp_path / "d") == sorted(["probe"] + [f"m{i:05d}" for i in range(2000)])
 
