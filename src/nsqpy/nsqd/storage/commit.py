@@ -208,26 +208,17 @@ class GroupCommit:
         if running is None or running[0] != number:
             return  # drain() finished it already
         self._running = None
-        owners, steps, error = running[2], running[3], running[1].result()
-        if all(answer for _step, answer in steps):
-            # answers only (none of them stages): what was staged while this batch ran goes to
-            # the disk first, and the answers' writes to the sockets overlap its flush
-            self._committed(owners, steps, error)
-            self._dispatch()
-            self._run_steps(steps, error)
-        else:  # a continuation may stage: answers it carries must go before the next batch's
-            self._finish(owners, steps, error)
-            self._dispatch()  # what was staged while it ran
+        self._finish(running[2], running[3], running[1].result())
+        self._dispatch()  # what was staged while it ran
 
     def _finish(self, owners: list[Any], steps: list[tuple[Step, bool]],
                 error: OSError | None, wrote: bool = True) -> None:
-        """The batch is on disk (``error`` None) or refused: owners first, then the steps."""
-        self._committed(owners, steps, error, wrote)
-        self._run_steps(steps, error)
-
-    def _committed(self, owners: list[Any], steps: list[tuple[Step, bool]],
-                   error: OSError | None, wrote: bool = True) -> None:
-        """What the owners wrote becomes readable, or is dropped; nsqd's health hears of it."""
+        """The batch is on disk (``error`` None) or refused: owners first (what they wrote
+        becomes readable, or is dropped), then the steps in order. Once a step stages more (a
+        fan-out the history held writes the topic's or channels' queues), the answers after it
+        wait for the next batch, in front of those already waiting there, so a connection's
+        answers keep their order; the continuations after it still run (their own writes are
+        on disk)."""
         if error is not None:
             self.logger.error("GROUP COMMIT: a write or flush failed, %d publish step(s) "
                               "refused - %s", len(steps), error)
@@ -238,12 +229,6 @@ class GroupCommit:
                 self.logger.exception("GROUP COMMIT: committing %r failed", owner)
         if self.on_result is not None and (wrote or error is not None):
             self.on_result(error)  # (a batch that wrote nothing says nothing of the disk)
-
-    def _run_steps(self, steps: list[tuple[Step, bool]], error: OSError | None) -> None:
-        """The batch's steps in order. Once a step stages more (a fan-out the history held
-        writes the topic's or channels' queues), the answers after it wait for the next batch,
-        in front of those already waiting there, so a connection's answers keep their order;
-        the continuations after it still run (their own writes are on disk)."""
         carry = False
         carried: list[tuple[Step, bool]] = []
         for step, answer in steps:
