@@ -294,19 +294,13 @@ class V2Connection(StreamStack, Liveness, asyncio.Protocol):
         if fatal is not None:
             self._fatal(fatal)
             return
-        if self.protocol.owed:  # more answers owed, some in a later batch: this one goes
-            self.schedule_flush()  # out at the end of the loop turn, with the others of its batch
-            return
-        if not self._owed_hold:
-            if self.out:  # the last answer owed: written now, no callback scheduled for it
-                self._flush()
+        if self.protocol.owed or not self._owed_hold:
             return
         self._owed_hold = False
         fatal, self._owed_fatal = self._owed_fatal, None
         if fatal is not None:
             self._fatal(fatal)
         else:
-            self.schedule_flush()  # (the answer, should the held commands hold the gate again)
             self._release()
 
     async def _topic_ready(self, need: NeedTopic) -> None:

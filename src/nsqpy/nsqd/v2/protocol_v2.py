@@ -443,8 +443,7 @@ class ProtocolV2:
             self.client.close_connection()
         else:
             self.client.out.append(OK_FRAME)
-            if self.on_settled is None:  # (else the connection writes it: _owed_settled)
-                self.client.schedule_flush()
+            self.client.schedule_flush()
         self._settled(None)
 
     def _settled(self, fatal: FatalError | None) -> None:
