@@ -14,7 +14,10 @@ run (the two sides alternate round by round, so a busy machine hits both alike):
   holding everything) and disk mode (``--mem-queue-size=0``): rate and nsqd CPU per message.
 
 Upstream's ``nsqd`` comes from ``--upstream-bin`` or ``NSQ_UPSTREAM_BIN`` (docs/testing.md says
-how to build it); without it the upstream rows are skipped.
+how to build it); without it the upstream rows are skipped. ``--before-bin`` adds a third side to
+the PUB rows, another nsqd (an earlier commit's, e.g. a script that runs it from a checkout), so
+that a change is measured before/after in the same run. Each PUB row prints nsqd's own CPU time
+per PUB (all its threads), which a busy machine disturbs less than the rates.
 
     python bench/durable_bench.py                       # everything, 2 rounds
     python bench/durable_bench.py --only pub64,pub1 --seconds 5 --rounds 3
@@ -108,30 +111,40 @@ def bench_pub(args, tmp: str, row: str) -> None:
     if row == "pub64-history":
         ours_flags.append("--retention=1h")
     sides = [("ours", args.nsqd_bin, ours_flags)]
+    if args.before_bin:
+        sides.append(("before", args.before_bin, ours_flags))
     if args.upstream_bin:
         sides.append(("upstream", os.path.join(args.upstream_bin, "nsqd"),
                       ["--mem-queue-size=0", "--sync-every=1"]))
     print(f"## {row}: {publishers} publisher(s), one 200 B PUB in flight each, "
           f"{' '.join(ours_flags)} (ours), {args.seconds:g} s per run")
-    got: dict[str, list[tuple[float, float, float]]] = {}
+    got: dict[str, list[tuple[float, float, float, float]]] = {}
     for rnd in range(args.rounds):
         for side, binary, flags in sides:
             proc, tcp, _ = start_nsqd(binary, tmp, f"{row}_{side}_{rnd}", *flags)
             try:
-                res = run_publishers(tcp, "durable", publishers, args.seconds)
+                cpu0 = cpu_seconds(proc)
+                rate, p50, p99 = run_publishers(tcp, "durable", publishers, args.seconds)
+                # nsqd's own CPU (all threads) per PUB: what a busy machine disturbs least
+                cpu = (cpu_seconds(proc) - cpu0) / (rate * args.seconds) * 1e6
             finally:
                 proc.terminate()
                 proc.wait(60)
-            got.setdefault(side, []).append(res)
-            print(f"  round {rnd} {side:<8} {res[0]:>10,.0f} PUB/s   p50 {res[1]:7.2f} ms"
-                  f"   p99 {res[2]:7.2f} ms")
-    ours = [statistics.median(x) for x in zip(*got["ours"])]
-    line = f"  median   ours     {ours[0]:>10,.0f} PUB/s   p50 {ours[1]:7.2f} ms   p99 {ours[2]:7.2f} ms"
-    if "upstream" in got:
-        up = [statistics.median(x) for x in zip(*got["upstream"])]
-        line += (f"\n  median   upstream {up[0]:>10,.0f} PUB/s   p50 {up[1]:7.2f} ms   p99 {up[2]:7.2f} ms"
-                 f"\n  => rate {ours[0] / up[0]:.1f}x upstream, p99 {ours[2]:.2f} vs {up[2]:.2f} ms")
-    print(line)
+            got.setdefault(side, []).append((rate, p50, p99, cpu))
+            print(f"  round {rnd} {side:<8} {rate:>10,.0f} PUB/s   p50 {p50:7.2f} ms"
+                  f"   p99 {p99:7.2f} ms   {cpu:5.1f} us nsqd CPU/PUB")
+    med = {side: [statistics.median(x) for x in zip(*runs)] for side, runs in got.items()}
+    for side, (rate, p50, p99, cpu) in med.items():
+        print(f"  median   {side:<8} {rate:>10,.0f} PUB/s   p50 {p50:7.2f} ms   p99 {p99:7.2f} ms"
+              f"   {cpu:5.1f} us nsqd CPU/PUB")
+    ours = med["ours"]
+    if "before" in med:
+        print(f"  => ours/before: rate {ours[0] / med['before'][0]:.2f}x, "
+              f"CPU/PUB {ours[3] / med['before'][3]:.2f}x")
+    if "upstream" in med:
+        up = med["upstream"]
+        print(f"  => rate {ours[0] / up[0]:.1f}x upstream, p99 {ours[2]:.2f} vs {up[2]:.2f} ms, "
+              f"CPU/PUB {ours[3]:.1f} vs {up[3]:.1f} us")
 
 
 def bench_mpub(args, tmp: str) -> None:
@@ -165,6 +178,8 @@ def bench_mpub(args, tmp: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nsqd-bin", default=shutil.which("nsqd", path=os.path.dirname(sys.executable)) or "nsqd")
+    ap.add_argument("--before-bin", default="",
+                    help="another nsqd (an earlier commit's) run as a side of its own in the PUB rows")
     ap.add_argument("--upstream-bin", default=os.environ.get("NSQ_UPSTREAM_BIN", ""))
     ap.add_argument("--only", default=",".join(ROWS), help="comma-separated rows: " + ", ".join(ROWS))
     ap.add_argument("--rounds", type=int, default=2)

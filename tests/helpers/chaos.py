@@ -131,6 +131,14 @@ class HttpPublisher(_Publisher):
             conn.close()
 
 
+def stop_publishers(publishers: list[_Publisher]) -> None:
+    """Tell every publisher to stop, then wait for each (what one had in flight is unknown)."""
+    for p in publishers:
+        p.stop.set()
+    for p in publishers:
+        p.join(30)
+
+
 def drain(address: str, topic: str, channel: str, idle: float = 3.0,
           limit: float = 60.0) -> list[bytes]:
     """Every message the channel hands out until none came for ``idle`` seconds (FINished)."""

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from helpers.chaos import HttpPublisher, TcpPublisher
+from helpers.chaos import HttpPublisher, TcpPublisher, stop_publishers
 from helpers.polling import wait_for
 from helpers.powercut import PowerCutFS
 from helpers.servers import Nsqd
@@ -127,10 +127,7 @@ def run_until_cut(node: PowerCutNsqd, pubs: list, rng: random.Random, low: int, 
     report = node.power_cut(tear, seed)
     if meanwhile is not None:
         meanwhile()
-    for p in pubs:
-        p.stop.set()
-    for p in pubs:
-        p.join(30)
+    stop_publishers(pubs)
     return {**report, "tear": tear, "seed": seed, "target": target}
 
 
@@ -157,10 +154,7 @@ def armed_round(node: PowerCutNsqd, pubs: list, rng: random.Random, match: str =
         if meanwhile is not None:
             meanwhile()
     finally:
-        for p in pubs:
-            p.stop.set()
-        for p in pubs:
-            p.join(30)
+        stop_publishers(pubs)
     node.power_on()
     no_tracebacks(node.log_since_power_on())
     return {**report, "after": after, "tear": tear}

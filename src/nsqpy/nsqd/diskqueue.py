@@ -37,7 +37,9 @@ Sync policy
     follows creating or deleting files. With nsqd's group commit (``--sync-every=1``: ``commit``
     set, nsqd/storage/commit.py) a put is staged instead: counted in ``depth`` at once, written
     and flushed by the commit's writer thread with the turn's batch, readable (``on_commit``)
-    once that returned; the metadata follows on the sync thread. Errors from these automatic syncs are logged, never
+    once that returned; the metadata follows on the sync thread (a batch that starts a data
+    file writes it itself, before its answers: upstream reads no file its metadata does not
+    name). Errors from these automatic syncs are logged, never
     raised out of ``put``/``get`` (the record is already written or handed out; raising would
     make the caller retry and duplicate it); an explicit ``sync()`` raises.
 
@@ -79,6 +81,7 @@ import re
 import struct
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from ..protocol.same_size import messages as same_size_messages, same_size_run
 from .storage.background import sync_thread
@@ -350,8 +353,16 @@ class DiskQueue:
             self._open_write()
         parts = [part for chunk in chunks for part in chunk[0]]
         self._taken_end = self.write_pos + sum(c[1] for c in chunks)
+        after = None
+        if created:  # the metadata names the new file before anything in it is answered
+            with self._meta_lock:
+                self._meta_gen += 1
+                gen = self._meta_gen
+            after = partial(self._persist_meta_gen, gen, b"%d\n%d,%d\n%d,%d\n" % (
+                self.depth, self.read_file_num, self.read_pos, self.write_file_num,
+                self._taken_end))
         return [Write(os.dup(self._wfd), self.write_pos, parts,  # type: ignore[arg-type]
-                      self.data_path if created else "")]
+                      self.data_path if created else "", after)]
 
     def committed(self, error: OSError | None) -> None:
         """The batch returned: its records are on disk and readable, or refused and dropped
@@ -985,10 +996,7 @@ class DiskQueue:
                     _fdatasync(fd)
                 finally:
                     os.close(fd)
-            with self._meta_lock:
-                if gen > self._meta_written:
-                    self._persist_meta_text(text)
-                    self._meta_written = gen
+            self._persist_meta_gen(gen, text)
             if dir_fsync:
                 self._sync_dir()
         except OSError as e:
@@ -1006,6 +1014,13 @@ class DiskQueue:
             self._meta_gen += 1
             self._persist_meta_text(self._meta_text())
             self._meta_written = self._meta_gen
+
+    def _persist_meta_gen(self, gen: int, text: bytes) -> None:
+        """Write ``text`` unless a newer metadata (a later generation) is on disk already."""
+        with self._meta_lock:
+            if gen > self._meta_written:
+                self._persist_meta_text(text)
+                self._meta_written = gen
 
     def _persist_meta_text(self, text: bytes) -> None:
         tmp = "%s.%d.tmp" % (self._meta_path, int.from_bytes(os.urandom(8), "big") >> 2)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from nsqpy.nsqd.storage.commit import GroupCommit, Write
+from nsqpy.nsqd.storage.commit import GroupCommit, Write, flush_files
 
 pytestmark = pytest.mark.timeout(30)
 LOG = logging.getLogger("test.commit")
@@ -146,3 +147,22 @@ def test_steps_after_a_step_that_stages_wait_for_the_next_batch(tmp_path: Path) 
     order, batches = run(body)
     assert batches == 2
     assert order == [("answer", 3)]  # answered once the queue's write was on disk
+
+
+@pytest.mark.parametrize("bad_first", [False, True], ids=["helper-fails", "writer-fails"])
+def test_files_flushed_at_once_raise_the_failure_of_any(tmp_path: Path, bad_first: bool) -> None:
+    """A batch's files are flushed together (the writer thread one, helper threads the rest):
+    the failure of any flush (here a pipe's, which has nothing to flush: EINVAL) is raised, on
+    whichever thread it happened, so the batch is refused and cut back."""
+    good = os.open(tmp_path / "good", os.O_RDWR | os.O_CREAT, 0o644)
+    read_end, write_end = os.pipe()
+    helpers = ThreadPoolExecutor(2)
+    try:
+        fds = [write_end, good, good] if bad_first else [good, good, write_end]
+        with pytest.raises(OSError):
+            flush_files(fds, helpers)
+        flush_files([good, good, good], helpers)  # all of them flushed: nothing raised
+    finally:
+        helpers.shutdown(wait=True)
+        for fd in (good, read_end, write_end):
+            os.close(fd)

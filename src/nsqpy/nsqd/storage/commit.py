@@ -29,12 +29,16 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from .files import fdatasync, fsync_dir, write_all
 
 __all__ = ["GroupCommit", "Owner", "Write"]
+
+#: threads that flush a batch's files beside the writer thread (a topic with history writes
+#: two: its segment and its queue; topics published to in one turn write one or two each)
+FLUSH_HELPERS = 3
 
 #: what runs once a batch is on disk: called with None, or with the error that refused it
 Step = Callable[["OSError | None"], None]
@@ -43,15 +47,19 @@ Step = Callable[["OSError | None"], None]
 class Write:
     """One file's part of a batch: ``parts`` back to back at ``offset`` of ``fd`` (a duplicate
     the batch closes), then an ``fdatasync``; ``directory``, when set, is fsynced after it (the
-    write's file was just created: its name must survive too)."""
+    write's file was just created: its name must survive too); ``after``, when set, runs on the
+    writer thread once every file of the batch is flushed, before any answer (a disk queue's
+    metadata naming the file it just started)."""
 
-    __slots__ = ("fd", "offset", "parts", "directory")
+    __slots__ = ("fd", "offset", "parts", "directory", "after")
 
-    def __init__(self, fd: int, offset: int, parts: Sequence[bytes], directory: str = "") -> None:
+    def __init__(self, fd: int, offset: int, parts: Sequence[bytes], directory: str = "",
+                 after: Callable[[], None] | None = None) -> None:
         self.fd = fd
         self.offset = offset
         self.parts = parts
         self.directory = directory
+        self.after = after
 
 
 class Owner(Protocol):
@@ -62,7 +70,7 @@ class Owner(Protocol):
     def committed(self, error: OSError | None) -> None: ...
 
 
-def flush(writes: list[Write]) -> OSError | None:
+def flush(writes: list[Write], helpers: Executor | None = None) -> OSError | None:
     """The writer thread's part: write everything, then flush every file and the directories
     of new files. On an error every file is cut back to where its write began, and the cut is
     flushed too: a file whose ``fdatasync`` returned before another file's failed holds the
@@ -70,10 +78,12 @@ def flush(writes: list[Write]) -> OSError | None:
     try:
         for w in writes:
             write_all(w.fd, w.parts, w.offset)
-        for w in writes:
-            fdatasync(w.fd)
+        flush_files([w.fd for w in writes], helpers)
         for directory in {w.directory for w in writes if w.directory}:
             fsync_dir(directory)
+        for w in writes:
+            if w.after is not None:
+                w.after()
         return None
     except OSError as err:
         for w in writes:
@@ -86,6 +96,29 @@ def flush(writes: list[Write]) -> OSError | None:
     finally:
         for w in writes:
             os.close(w.fd)
+
+
+def flush_files(fds: list[int], helpers: Executor | None) -> None:
+    """``fdatasync`` each file; several at once on the ``helpers`` threads. Flushed one after
+    the other, a history's segment and its topic's queue made each batch wait for the disk
+    twice in series (half the durable rate of a topic without history); flushed together the
+    waits overlap. Raises the first error, once every flush has returned (the caller cuts back
+    and closes the files then)."""
+    if helpers is None or len(fds) == 1:
+        for fd in fds:
+            fdatasync(fd)
+        return
+    others = [helpers.submit(fdatasync, fd) for fd in fds[1:]]
+    error: BaseException | None = None
+    try:
+        fdatasync(fds[0])
+    except OSError as err:
+        error = err
+    for other in others:
+        err = other.exception()  # (waits for it)
+        error = error or err
+    if error is not None:
+        raise error
 
 
 class GroupCommit:
@@ -108,6 +141,8 @@ class GroupCommit:
         #: told every batch's outcome before its steps run (nsqd's health: NOK after a failure)
         self.on_result: Step | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="group-commit")
+        #: flushes of a batch's other files, beside the writer thread's own (:func:`flush_files`)
+        self._helpers = ThreadPoolExecutor(FLUSH_HELPERS, thread_name_prefix="group-commit-flush")
 
     @property
     def busy(self) -> bool:
@@ -161,7 +196,7 @@ class GroupCommit:
             return
         self._number += 1
         number = self._number
-        future = self._thread.submit(flush, writes)
+        future = self._thread.submit(flush, writes, self._helpers)
         self._running = (number, future, owners, steps)
         self.batches += 1
         self.files += len(writes)
@@ -227,3 +262,4 @@ class GroupCommit:
     def close(self) -> None:
         self.drain()
         self._thread.shutdown(wait=True)
+        self._helpers.shutdown(wait=True)
