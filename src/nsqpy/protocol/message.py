@@ -84,11 +84,25 @@ class IdFactory:
 
     def next_ids(self, count: int) -> list[bytes]:
         """``count`` fresh ids; one clock read for the whole batch."""
+        ids: list[bytes] = []
+        self._cut(count, ids)
+        return ids
+
+    def next_id_column(self, count: int) -> tuple[list[bytes], bytes]:
+        """``count`` fresh ids, and the same ids back to back: the buffer they are cut from,
+        which is the history's id column as it is (no join of the ids again)."""
+        ids: list[bytes] = []
+        runs = self._cut(count, ids)
+        return ids, runs[0] if len(runs) == 1 else b"".join(runs)
+
+    def _cut(self, count: int, ids: list[bytes]) -> list[bytes]:
+        """Append ``count`` fresh ids to ``ids``; returns the buffers they were cut from (one
+        per tick they span: one, unless the tick's sequence numbers ran out)."""
         tick = time.time_ns() >> 20
         if tick > self._last_tick:
             self._last_tick = tick
             self._seq = 0
-        ids: list[bytes] = []
+        runs: list[bytes] = []
         node_bits = self._node_bits
         seq = self._seq
         tick = self._last_tick
@@ -98,12 +112,14 @@ class IdFactory:
                 seq = 0
             k = min(count, _SEQUENCE_MASK + 1 - seq)
             prefix = b"%013x" % ((((tick - _TWEPOCH) << 22) | node_bits) >> SEQUENCE_BITS)
-            _IDS.unpack_into(ids, prefix + prefix.join(_SEQ_HEX[seq:seq + k]), 0, k)
+            run = prefix + prefix.join(_SEQ_HEX[seq:seq + k])
+            _IDS.unpack_into(ids, run, 0, k)
+            runs.append(run)
             seq += k
             count -= k
         self._seq = seq
         self._last_tick = tick
-        return ids
+        return runs
 
     def next_id(self) -> bytes:
         """One fresh id (an HTTP publish): the tick's prefix is kept, so an id is one concat."""
