@@ -113,6 +113,18 @@ def test_text_runs_count_and_make_what_the_line_split_makes():
     assert taken == 87  # of the 510 bodies: the others hold an empty line
 
 
+def test_id_column_is_the_ids_back_to_back_across_a_sequence_rollover(monkeypatch):
+    """The history's id column comes with the ids (the buffer they are cut from), also when a
+    batch spans two ticks, and the ids go on from where ``next_ids`` left off."""
+    import nsqpy.protocol.message as message
+    monkeypatch.setattr(message.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    f, g = IdFactory(9), IdFactory(9)
+    for count in (1, 200, 4000, 3000):  # the third and fourth batches borrow the next ticks
+        ids, column = f.next_id_column(count)
+        assert ids == g.next_ids(count)
+        assert column == b"".join(ids) and len(column) == 16 * count
+
+
 def test_id_factory_rejects_bad_node():
     with pytest.raises(ValueError):
         IdFactory(1024)

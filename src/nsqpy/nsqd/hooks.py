@@ -21,7 +21,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 #: a queued message: ``(id, body, timestamp_ns, attempts)``
 Msg = tuple
-#: a publish command's messages by column, as its handler read them: ``(ids, bodies, sizes)``,
+#: a publish command's messages by column, as its handler read them: ``(ids, bodies, sizes)``
+#: (``ids`` the 16-byte ids back to back, as ``IdFactory.next_id_column`` makes them),
 #: every message with the first one's timestamp (an MPUB). Handed beside the messages, so the
 #: history builds its block without taking the messages apart again (``Topic.put_many``)
 Columns = tuple

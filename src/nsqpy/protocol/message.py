@@ -90,6 +90,14 @@ class IdFactory:
         _IDS.unpack_into(ids, self.next_id_block(count), 0, count)
         return ids
 
+    def next_id_column(self, count: int) -> tuple[list[bytes], bytes]:
+        """``count`` fresh ids, and the same ids back to back: the buffer they are cut from,
+        which is the history's id column as it is (no join of the ids again)."""
+        block = self.next_id_block(count)
+        ids: list[bytes] = []
+        _IDS.unpack_into(ids, block, 0, count)
+        return ids, block
+
     def next_id_block(self, count: int) -> bytes:
         """``count`` fresh ids back to back in one buffer (``16 * count`` bytes), taken as
         :meth:`next_ids` takes them: a run of messages keeps its ids this way until they are

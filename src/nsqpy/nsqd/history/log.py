@@ -442,17 +442,18 @@ class Log:
         The block is built by columns (timestamps, sizes, ids, bodies), each made in C by one
         ``join``/``pack`` over the messages, and handed to one ``pwritev`` as they are: no Python
         work per message, one copy of the bodies (the join, which the CRC reads). An MPUB hands
-        its ``columns`` (``hooks.Columns``: the ids, bodies and sizes it read, one timestamp);
-        other publishes are taken apart here, by one ``zip``."""
+        its ``columns`` (``hooks.Columns``: the id column as the id factory made it, the bodies
+        and sizes it read, one timestamp); other publishes are taken apart here, by one ``zip``."""
         n = len(msgs)
         if n == 1 and columns is None:  # a PUB, a DPUB, an HTTP /pub: the most common block
             return self._append_one(msgs[0], delay_ms)
         if columns is not None:
-            idcol, bodies, sizes = columns
+            ids, bodies, sizes = columns
             first = last = msgs[0][2]
             one_ts = True
         else:
-            idcol, bodies, tss, _attempts = zip(*msgs)  # the messages turned into columns, in C
+            idlist, bodies, tss, _attempts = zip(*msgs)  # the messages turned into columns, in C
+            ids = b"".join(idlist)
             sizes = list(map(len, bodies))
             first, last = tss[0], tss[-1]
             one_ts = tss.count(first) == n
@@ -466,8 +467,7 @@ class Log:
             scol = SIZE.pack(sizes[0]) * n
         else:
             scol = struct.pack(f">{n}I", *sizes)
-        head = COUNT.pack(n, delay_ms) + tcol + scol
-        ids = b"".join(idcol)
+        head = b"".join((COUNT.pack(n, delay_ms), tcol, scol))
         data = b"".join(bodies)
         crc = crc32(data, crc32(ids, crc32(head)))
         length = len(head) + len(ids) + len(data)
