@@ -94,11 +94,12 @@ FLOOR_LOG := .pytest-spark-floor.log
 OTHER_PYTHONS ?= 3.12 3.13
 PYTHONS_LOG := .pytest-pythons.log
 
-test: $(STAMP) $(STAMP_MIN) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus fuse golang
+test: $(STAMP) tests/js/node_modules/.installed tests/statsd_daemon/node_modules/.installed browser graphite prometheus fuse golang
 	@rc=0; export NSQPY_TEST_LOCKS=$$(mktemp -d); \
-	NSQPY_TEST_PORTS=10000-14999 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
+	{ $(MAKE) --no-print-directory $(STAMP_MIN) && \
+	  NSQPY_TEST_PORTS=10000-14999 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider tests/spark \
 	  --deselect tests/spark/test_connect.py --deselect tests/spark/test_standalone.py \
-	  --deselect tests/spark/test_history_cluster.py > $(FLOOR_LOG) 2>&1 & floor=$$!; \
+	  --deselect tests/spark/test_history_cluster.py; } > $(FLOOR_LOG) 2>&1 & floor=$$!; \
 	tests/other_pythons.sh $(OTHER_PYTHONS) > $(PYTHONS_LOG) 2>&1 & pythons=$$!; \
 	trap 'kill $$floor $$pythons 2>/dev/null' EXIT; \
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=20 $(PYTEST_ARGS) || rc=$$?; \
