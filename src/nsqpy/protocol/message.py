@@ -86,9 +86,7 @@ class IdFactory:
 
     def next_ids(self, count: int) -> list[bytes]:
         """``count`` fresh ids; one clock read for the whole batch."""
-        ids: list[bytes] = []
-        _IDS.unpack_into(ids, self.next_id_block(count), 0, count)
-        return ids
+        return self.next_id_column(count)[0]
 
     def next_id_column(self, count: int) -> tuple[list[bytes], bytes]:
         """``count`` fresh ids, and the same ids back to back: the buffer they are cut from,

@@ -489,15 +489,14 @@ class ProtocolV2:
             if n == 1:  # (upstream's bench_writer --batch-size=1: one message per round trip)
                 body = bodies[0]
                 topic.put_many([(nsqd.id_factory.next_id(), body, _time_ns(), 0)], len(body))
-            elif topic.history is None:  # zip builds the (id, body, timestamp, attempts) tuples in C
-                ids = nsqd.id_factory.next_ids(n)
-                msgs = list(zip(ids, bodies, repeat(_time_ns(), n), repeat(0, n)))
-                topic.put_many(msgs, sum(map(len, bodies)))
-            else:  # the history's block is made of the columns read here (hooks.Columns)
+            else:  # zip builds the (id, body, timestamp, attempts) tuples in C
                 ids, idcol = nsqd.id_factory.next_id_column(n)
                 msgs = list(zip(ids, bodies, repeat(_time_ns(), n), repeat(0, n)))
-                sizes = list(map(len, bodies))
-                topic.put_many(msgs, sum(sizes), (idcol, bodies, sizes))
+                if topic.history is None:
+                    topic.put_many(msgs, sum(map(len, bodies)))
+                else:  # the history's block is made of the columns read here (hooks.Columns)
+                    sizes = list(map(len, bodies))
+                    topic.put_many(msgs, sum(sizes), (idcol, bodies, sizes))
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self.client.published(topic_name, len(bodies))
