@@ -195,20 +195,27 @@ def test_available_now_with_tcp_addresses_only_and_an_empty_topic(spark, nsqd, t
 @pytest.mark.skipif(HAS_AVAILABLE_NOW, reason="PySpark >= 4.2 runs AvailableNow: tested above")
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("trigger", [{"availableNow": True}, {"once": True}])
-def test_available_now_and_once_are_stopped_with_the_reason_before_pyspark_4_2(spark, nsqd, tmp_path, trigger):
+def test_available_now_and_once_are_refused_at_start_before_pyspark_4_2(spark, nsqd, tmp_path, trigger):
     """PySpark 4.0/4.1 would run one micro-batch it never commits (so never FINished) and end as if
-    the backlog were read: register()'s guard stops such a query as it starts, with the reason."""
-    from nsqpy.spark import guard
+    the backlog were read: register()'s guard refuses such a query in start(), with the reason,
+    before anything is read; the same writer with the default trigger still runs."""
+    from nsqpy.spark.guard import UnsupportedTriggerError
 
     topic = unique_name("guard")
     create_channel(nsqd.http_address, topic, "spark")
     publish_n(nsqd.tcp_address, topic, 500)
-    query = (nsq_stream(spark, topic, nsqd=nsqd).writeStream.format("noop")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(**trigger).start())
-    assert query.awaitTermination(60)
-    assert "need PySpark >= 4.2" in guard.REFUSED[query.id]
+    writer = (nsq_stream(spark, topic, nsqd=nsqd).writeStream.format("noop")
+              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(**trigger))
+    with pytest.raises(UnsupportedTriggerError, match="need PySpark >= 4.2"):
+        writer.start()
+    assert not spark.streams.active
     ch = channel_stats(nsqd.http_address, topic, "spark")
-    assert ch["depth"] + ch["in_flight_count"] + ch["deferred_count"] == 500  # nothing FINished
+    assert ch["depth"] == 500 and ch["in_flight_count"] == 0  # nothing was read
+    query = writer.trigger(processingTime="0 seconds").start()
+    try:
+        assert query.isActive
+    finally:
+        query.stop()
 
 
 @pytest.mark.timeout(60)

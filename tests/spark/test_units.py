@@ -83,15 +83,17 @@ def test_click_stream_is_deterministic_and_marks_its_spammers():
     assert events[-1]["type"] == "heartbeat" and events[-1]["ts"] > clicks[-1]["ts"] + 20 * 60_000
 
 
-def test_guard_recognises_an_nsq_scan_in_a_query_plan():
-    from nsqpy.spark.guard import _NSQ_SCAN
+def test_guard_recognises_an_nsq_relation_in_an_analyzed_plan():
+    from nsqpy.spark.guard import _reads_nsq
 
-    plan = ("~WriteToMicroBatchDataSourceV1 FileSink[file:/tmp/out], 0b1d, [path=/tmp/out], Append\n"
-            "+- ~StreamingDataSourceV2ScanRelation[body#0, id#1, attempts#2, timestamp#3, topic#4, channel#5, "
-            "nsqd_address#6] nsq\n")
-    assert _NSQ_SCAN.search(plan)
-    assert not _NSQ_SCAN.search(plan.replace("] nsq\n", "] nsqx\n"))
-    assert not _NSQ_SCAN.search("+- StreamingRelationV2 rate, [timestamp#0, value#1]\n")
+    plan = ("WriteToStream 0b1d, org.apache.spark.sql.execution.streaming.sources.NoopTable$, Append\n"
+            "+- StreamingRelationV2 org.apache.spark.sql.execution.datasources.v2.python."
+            "PythonDataSourceV2@5e3c1f0a, nsq, org.apache.spark.sql.execution.python.PythonTable@1, "
+            "[topic=t], [body#0, id#1]\n")
+    assert _reads_nsq(plan)
+    assert not _reads_nsq(plan.replace(", nsq, ", ", nsqx, "))
+    assert not _reads_nsq("+- StreamingRelationV2 org.apache.spark.sql.execution.streaming.sources."
+                          "RateStreamProvider@1, rate, [timestamp#0, value#1]\n")
 
 
 def test_stop_when_drained_needs_an_http_address_to_see_the_channel():

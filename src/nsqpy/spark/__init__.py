@@ -31,8 +31,8 @@ MESSAGE_KEY = ("nsqd_address", "id")
 def register(spark: Any) -> None:
     """Make ``format("nsq")`` available in this SparkSession (source and sink).
 
-    On PySpark 4.0/4.1 (classic sessions) it also adds the listener that stops AvailableNow and
-    Once queries reading nsq, which those versions cannot run correctly (:mod:`nsqpy.spark.guard`).
+    On PySpark 4.0/4.1 (classic sessions) it also makes ``start()`` refuse AvailableNow and Once
+    queries reading nsq, which those versions cannot run correctly (:mod:`nsqpy.spark.guard`).
     In a classic session it first makes sure Spark's Python workers can import nsqpy: in local mode
     with no ``PYSPARK_PYTHON`` chosen they run this interpreter; otherwise a worker Python without
     nsqpy raises :class:`~nsqpy.spark.workers.WorkerPythonError` naming what to set
