@@ -67,7 +67,11 @@ def test_stopped_mid_stream_and_restarted_loses_nothing(spark, nsqd_factory, tmp
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
 
     def start(available_now: bool):
-        df = dedupe_within_watermark(nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=250, msgTimeoutMs=2000))
+        # the stopped query's messages come back 2 s after its stop; the restarted one holds its
+        # own for a minute, so that on a busy machine none times out before its batch commits
+        # (a FIN after the timeout fails and the message stays queued past the run's end)
+        timeout = 60_000 if available_now else 2000
+        df = dedupe_within_watermark(nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=250, msgTimeoutMs=timeout))
         writer = df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
         return start_to_end(writer, nsqd.http_address, topic) if available_now else writer.start()
 
@@ -99,7 +103,8 @@ def test_stopped_mid_stream_and_restarted_loses_nothing(spark, nsqd_factory, tmp
 
 @pytest.mark.timeout(120)
 def test_slow_sink_longer_than_msg_timeout_causes_no_redelivery(spark, nsqd, tmp_path):
-    """Batches take 3 s with a 1.5 s msg timeout: TOUCH keeps every held message ours, and the
+    """Batches take 4.5 s with a 3 s msg timeout: TOUCH keeps every held message ours (every 250 ms,
+    so a busy machine may delay a TOUCH by 2.5 s before a message times out), and the
     I/O thread answers nsqd's 1 s heartbeats (two missed ones and nsqd drops the connection)."""
     topic = unique_name("slow")
     n = 600
@@ -109,11 +114,11 @@ def test_slow_sink_longer_than_msg_timeout_causes_no_redelivery(spark, nsqd, tmp
 
     def slow_sink(batch_df, batch_id: int) -> None:
         rows = batch_df.select("id", "attempts").collect()
-        time.sleep(3.0)
+        time.sleep(4.5)
         seen.extend((r.id, r.attempts) for r in rows)
 
     query = (
-        nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=200, msgTimeoutMs=1500, touchIntervalMs=300,
+        nsq_stream(spark, topic, nsqd=nsqd, maxBatchSize=200, msgTimeoutMs=3000, touchIntervalMs=250,
                    heartbeatIntervalMs=1000)
         .writeStream.foreachBatch(slow_sink)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
