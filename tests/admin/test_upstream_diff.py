@@ -336,7 +336,7 @@ def test_action_matches_upstream(pair, case, setup, method, path, body):
         RECORDED.case(pair, "action"), lambda: None)
     try:
         wait_until(lambda: (lambda s: canonical(s["py"], pair.roles()) == recorded[1] if recorded
-                            else s["py"] == s["up"])(states()), timeout=5)
+                            else s["py"] == s["up"])(states()), timeout=30)
     except AssertionError:
         pass
     now = states()

@@ -34,7 +34,7 @@ def spark_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 90.0) -> None:
+def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

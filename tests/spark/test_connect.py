@@ -22,7 +22,7 @@ from spark.spark_procs import start_connect_server
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_source_and_sink_through_a_spark_connect_server(nsqd, tmp_path):
     pytest.importorskip("grpc", reason="the connect extra (pip install -e '.[connect]') is not installed")
     server = start_connect_server(tmp_path / "server")

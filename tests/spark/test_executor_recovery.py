@@ -34,7 +34,7 @@ def finish(proc: subprocess.Popen, log: Path, timeout: float) -> None:
     assert rc == 0, log.read_text(errors="replace")[-3000:]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_driver_killed_after_the_sink_wrote_a_batch_restarts_with_the_same_rows(spark, nsqd_factory, tmp_path):
     """kill -9 of the whole driver while batch 2 is in the sink (written, not committed): the
     restarted query re-runs batch 2 from its checkpoint, replays the same leases, gets the same
