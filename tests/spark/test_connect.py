@@ -22,7 +22,7 @@ from spark.spark_procs import start_connect_server
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_source_and_sink_through_a_spark_connect_server(nsqd, tmp_path):
     pytest.importorskip("grpc", reason="the connect extra (pip install -e '.[connect]') is not installed")
     server = start_connect_server(tmp_path / "server")
@@ -36,7 +36,7 @@ def test_source_and_sink_through_a_spark_connect_server(nsqd, tmp_path):
             [sys.executable, str(HERE / "connect_client.py"), f"sc://127.0.0.1:{server.port}",
              "--nsqd-tcp", nsqd.tcp_address, "--nsqd-http", nsqd.http_address, "--src", src, "--dst", dst,
              "--work", str(tmp_path / "work"), "--n", str(n)],
-            capture_output=True, text=True, timeout=240,
+            capture_output=True, text=True, timeout=360,
         )
         assert out.returncode == 0, out.stderr[-4000:] + server.log.read_text()[-3000:]
         report = json.loads(out.stdout.strip().splitlines()[-1])
