@@ -6,7 +6,12 @@ one run (off, on, off, on...), so a busy machine hits both alike; ratios are wha
 * publish: upstream bench_writer's shape (2 connections of pipelined MPUB 200 x 200 B) to a topic
   with one channel, retention off vs ``--retention=1h``, in memory mode (``--mem-queue-size``
   holding everything) and disk mode (``--mem-queue-size=0``); then the channel is consumed
-  (2 connections, RDY 2500, FIN each): consume speed with and without history.
+  (2 connections, RDY 2500, FIN each): consume speed with and without history. Each run prints
+  nsqd's CPU per message, all its threads and the event loop's thread alone (what a publish
+  costs the core that answers it, and what other threads took beside it). ``--before-bin``
+  adds another nsqd (an earlier commit's: a script that runs it from a checkout) as two more
+  sides, retention off and on, alternating with the others round by round, so that a change
+  is measured before/after in one run.
 * rss: an nsqd whose topic has no channel and ``--mem-queue-size=0``, fed N messages of 200 B
   (the topic's own queue emptied every 100k, so only the history grows), retention off vs on;
   then the history's nsqd restarted on its N-message log.
@@ -24,6 +29,7 @@ one run (off, on, off, on...), so a busy machine hits both alike; ratios are wha
     python bench/history_bench.py                          # everything, 300k messages per run
     python bench/history_bench.py --only rss --rss-messages 10000000
     python bench/history_bench.py --only rewind,spark     # issue #44's read rows
+    python bench/history_bench.py --only publish --rounds 3 --before-bin /tmp/before/nsqd
 """
 
 from __future__ import annotations
@@ -62,37 +68,63 @@ def history_of(http: str, topic: str) -> dict:
         return json.load(r)["topics"][0].get("history") or {}
 
 
+def loop_cpu_seconds(proc) -> float:
+    """user+system CPU time of nsqd's main thread, the one running the event loop."""
+    with open(f"/proc/{proc.pid}/task/{proc.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def publish_sides(args) -> list[tuple[str, str, list[str]]]:
+    """(name, nsqd, extra flags): retention off and on, and the same for ``--before-bin``."""
+    sides = [("off", args.nsqd_bin, []), ("on", args.nsqd_bin, ["--retention=1h"])]
+    if args.before_bin:
+        sides += [("before-off", args.before_bin, []),
+                  ("before-on", args.before_bin, ["--retention=1h"])]
+    return sides
+
+
 def bench_publish(args, tmp: str) -> None:
     print("## publish and consume (MPUB 200 x 200 B, 2 conns; consume 2 conns, RDY 2500)")
-    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    results: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+    sides = publish_sides(args)
     for rnd in range(args.rounds):
         for mode, mem in (("memory", str(args.messages + 1000)), ("disk", "0")):
-            for side in ("off", "on"):
-                flags = [f"--mem-queue-size={mem}"] + (["--retention=1h"] if side == "on" else [])
-                proc, tcp, _ = start_nsqd(args.nsqd_bin, tmp, f"pub_{mode}_{side}_{rnd}", *flags)
+            for side, binary, extra in (sides if rnd % 2 == 0 else sides[::-1]):
+                proc, tcp, _ = start_nsqd(binary, tmp, f"pub_{mode}_{side}_{rnd}",
+                                          f"--mem-queue-size={mem}", *extra)
                 try:
                     topic = "hbench"
                     create_channel(tcp, topic)
                     q: mp.Queue = mp.Queue()
-                    cpu0 = cpu_seconds(proc)
+                    cpu0, loop0 = cpu_seconds(proc), loop_cpu_seconds(proc)
                     n, secs = run_pub(tcp, topic, args.messages, 2, q)
-                    cpu1 = cpu_seconds(proc)
+                    cpu1, loop1 = cpu_seconds(proc), loop_cpu_seconds(proc)
                     m, csecs = run_sub(tcp, topic, n, 2, q)
                     cpu2 = cpu_seconds(proc)
-                    row = (n / secs, m / csecs, (cpu1 - cpu0) / n * 1e6, (cpu2 - cpu1) / m * 1e6)
+                    row = (n / secs, m / csecs, (cpu1 - cpu0) / n * 1e6, (cpu2 - cpu1) / m * 1e6,
+                           (loop1 - loop0) / n * 1e6)
                     results.setdefault((mode, side), []).append(row)
-                    print(f"  round {rnd} {mode:<6} retention {side:<3}  pub {row[0]:>10,.0f}"
-                          f" msgs/s ({row[2]:.2f} us CPU/msg)   sub {row[1]:>10,.0f} msgs/s"
-                          f" ({row[3]:.2f} us CPU/msg)", flush=True)
+                    print(f"  round {rnd} {mode:<6} {side:<10} pub {row[0]:>10,.0f} msgs/s"
+                          f" ({row[2]:.2f} us CPU/msg, loop {row[4]:.2f})   sub {row[1]:>10,.0f}"
+                          f" msgs/s ({row[3]:.2f} us CPU/msg)  load {os.getloadavg()[0]:.1f}",
+                          flush=True)
                 finally:
                     stop(proc)
     for mode in ("memory", "disk"):
-        off, on = results[(mode, "off")], results[(mode, "on")]
-        ratio = [sum(r[i] for r in on) / sum(r[i] for r in off) for i in range(4)]
-        best = [max(r[i] for r in on) / max(r[i] for r in off) for i in range(2)]
-        print(f"{mode:<6}: publish on/off {ratio[0]:.2f}x (best runs {best[0]:.2f}x), consume on/off "
-              f"{ratio[1]:.2f}x (best runs {best[1]:.2f}x); nsqd CPU per message on/off: publish "
-              f"{ratio[2]:.2f}x, consume {ratio[3]:.2f}x")
+        for prefix in ("", "before-") if args.before_bin else ("",):
+            off, on = results[(mode, prefix + "off")], results[(mode, prefix + "on")]
+            ratio = [sum(r[i] for r in on) / sum(r[i] for r in off) for i in range(5)]
+            best = [max(r[i] for r in on) / max(r[i] for r in off) for i in range(2)]
+            print(f"{prefix}{mode:<6}: publish on/off {ratio[0]:.2f}x (best runs {best[0]:.2f}x), "
+                  f"consume on/off {ratio[1]:.2f}x (best runs {best[1]:.2f}x); nsqd CPU per "
+                  f"message on/off: publish {ratio[2]:.2f}x (the loop's thread {ratio[4]:.2f}x), "
+                  f"consume {ratio[3]:.2f}x")
+        if args.before_bin:
+            now, before = results[(mode, "on")], results[(mode, "before-on")]
+            med = [median(r[i] for r in now) / median(r[i] for r in before) for i in (0, 2, 4)]
+            print(f"{mode:<6}: retention on, now/before (medians): publish {med[0]:.2f}x, "
+                  f"nsqd CPU per message {med[1]:.2f}x, the loop's thread {med[2]:.2f}x")
 
 
 def _feed(tcp: str, http: str, topic: str, total: int) -> None:
@@ -325,6 +357,8 @@ def main() -> None:
     ap.add_argument("--rewind-messages", type=int, default=1_000_000)
     ap.add_argument("--spark-messages", type=int, default=1_000_000)
     ap.add_argument("--nsqd-bin", default=os.path.join(os.path.dirname(sys.executable), "nsqd"))
+    ap.add_argument("--before-bin", default="",
+                    help="another nsqd (an earlier commit's) run as two sides of the publish row")
     ap.add_argument("--expiry-retention", default="10s")
     ap.add_argument("--expiry-warmup", type=float, default=15.0)
     ap.add_argument("--only", default="publish,rss,rewind,spark,expiry")
