@@ -56,6 +56,10 @@ def main() -> None:
         .option("pollTimeoutMs", args.poll_ms)
         .option("maxInFlight", args.max_in_flight)
         .option("msgTimeoutMs", 2000)
+        # a killed driver's leases must outlive its restart for the replay to be exact; at load
+        # 20 a restart took longer than the default 120 s (docs/leases.md: after the lease's
+        # timeout the messages come again as new ones, at-least-once)
+        .option("leaseTimeoutMs", 600_000)
         .load()
     )
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(work / "ckpt"))
