@@ -37,7 +37,7 @@ Sync policy
     follows creating or deleting files. With nsqd's group commit (``--sync-every=1``: ``commit``
     set, nsqd/storage/commit.py) a put is staged instead: counted in ``depth`` at once, written
     with the turn's batch (at once when it is not a publish: ``write_staged``) and flushed by the
-    commit's writer threads, readable (``on_commit``) once that returned; the metadata follows
+    commit's writer thread, readable (``on_commit``) once that returned; the metadata follows
     at the sync tick (``sync_timeout``), on the sync thread (a batch that starts a data file
     writes it itself, before its answers: upstream reads no file its metadata does not name).
     Errors from these automatic syncs are logged, never raised out of ``put``/``get`` (the
@@ -79,7 +79,6 @@ import logging
 import os
 import threading
 import re
-from collections import deque
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -154,8 +153,9 @@ class DiskQueue:
         "_last_sync", "_closed", "_prefix", "_meta_path",
         "_meta_lock", "_meta_gen", "_meta_written", "_bg_busy", "_bg_error", "watch",
         "_left_data", "_left_bad",
-        "commit", "in_commit", "on_commit", "_staged", "_staged_n", "_taken_n", "_taken",
-        "_epoch", "_written",
+        "commit", "in_commit", "on_commit", "_staged", "_staged_n", "_taken_n", "_taken_end",
+        "_epoch", "_taken_epoch", "_taken_refused",
+        "_written", "_flushing",
     )
 
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
@@ -220,15 +220,15 @@ class DiskQueue:
         self.on_commit: Callable[[], None] | None = None
         #: per put: (length/record parts, bytes, called if its batch is refused)
         self._staged: list[tuple[list[bytes], int, Callable[[], None] | None]] = []
+        self._taken_refused: list[Callable[[], None]] = []  # those of the batch being flushed
         self._staged_n = 0  # records staged, not yet taken by a batch
-        self._taken_n = 0  # records the batches on the writer thread hold
-        #: the batches on the writer thread, oldest first: [records, write_pos once they are on
-        #: disk (-1: nothing written), refused callbacks, epoch]
-        self._taken: deque[list] = deque()
-        self._epoch = 0  # bumped by empty/delete/close: a batch then is moot
+        self._taken_n = 0  # records the batch on the writer thread holds
+        self._taken_end = 0  # write_pos once they are on disk
+        self._epoch = self._taken_epoch = 0  # bumped by empty/delete/close: a batch then is moot
         # the open batch's part already in the file (``place``: whether its first write made
-        # the file)
+        # the file), and whether a batch of this queue is on the writer thread
         self._written = Written()
+        self._flushing = False
 
         self._load(files)
         if self._needs_sync:
@@ -363,9 +363,8 @@ class DiskQueue:
         end of the write file, rolled first when the first record does not fit. A file may
         so pass ``max_bytes_per_file`` by the rest of a batch: go-diskqueue reads a finished
         file to its real size, as this reader does."""
-        end = self._in_flight_end()
-        if end >= 0:
-            return self._wfd, end  # type: ignore[return-value]
+        if self._flushing:
+            return self._wfd, self._taken_end  # type: ignore[return-value]
         if self.write_pos and self.write_pos + 4 + len(first[0][1]) > self.max_bytes_per_file:
             self._roll_writer()
         self._written.place = self._wfd is None and self.write_pos == 0  # (a new file)
@@ -373,21 +372,13 @@ class DiskQueue:
             self._open_write()
         return self._wfd, self.write_pos  # type: ignore[return-value]
 
-    def _in_flight_end(self) -> int:
-        """Where the batches on the writer thread end in the write file (-1: none)."""
-        for _n, end, _refused, epoch in reversed(self._taken):
-            if epoch == self._epoch and end >= 0:
-                return end
-        return -1
-
     def prepare(self) -> list[Write]:
         """The batch takes everything staged and writes what is not written yet (one
         ``pwritev``); the writer thread flushes it. One batch, one outcome for all it holds."""
+        self._taken_epoch = self._epoch
         chunks = self._staged
-        taken = [self._staged_n, -1, [c[2] for c in chunks if c[2] is not None], self._epoch]
-        self._taken.append(taken)
-        self._taken_n += self._staged_n
-        self._staged_n = 0
+        self._taken_n, self._staged_n = self._staged_n, 0
+        self._taken_refused = [c[2] for c in chunks if c[2] is not None]
         if not chunks:
             return []
         written = self._written
@@ -399,33 +390,33 @@ class DiskQueue:
             raise
         finally:
             self._staged = []
-            start, created, end = written.start, written.place, written.end
+            start, created, self._taken_end = written.start, written.place, written.end
             written.forget()
-        taken[1] = end
+        self._flushing = True
         after = None
         if created:  # the metadata names the new file before anything in it is answered
             with self._meta_lock:
                 self._meta_gen += 1
                 gen = self._meta_gen
             after = partial(self._persist_meta_gen, gen, b"%d\n%d,%d\n%d,%d\n" % (
-                self.depth, self.read_file_num, self.read_pos, self.write_file_num, end))
+                self.depth, self.read_file_num, self.read_pos, self.write_file_num,
+                self._taken_end))
         return [Write(os.dup(self._wfd), start,  # type: ignore[arg-type]
                       self.data_path if created else "", after)]
 
     def committed(self, error: OSError | None) -> None:
         """The batch returned: its records are on disk and readable, or refused and dropped
         (a requeue among them is handed back: its ``refused`` callback)."""
-        n, end, refused, epoch = self._taken.popleft()
-        if epoch != self._epoch:
+        n, self._taken_n = self._taken_n, 0
+        refused, self._taken_refused = self._taken_refused, []
+        self._flushing = False
+        if self._taken_epoch != self._epoch:
             return  # emptied, deleted or closed meanwhile: nothing of it counts
-        self._taken_n -= n
         if error is not None:
             self.depth -= n
             for rescue in refused:
                 rescue()
-            # written behind the refused batch (and behind any after it in flight, refused
-            # with it): cut back with it; written again once none is left in flight
-            if self._written.count and self._in_flight_end() < 0:
+            if self._written.count:  # written behind the refused batch: cut back, again now
                 self._written.forget()
                 if self._wfd is not None:
                     self._truncate(self._wfd, self.write_pos)
@@ -434,9 +425,7 @@ class DiskQueue:
                 except OSError:
                     pass  # (its own batch writes it, or refuses it)
             return
-        if end < 0:
-            return  # (it wrote nothing)
-        self.write_pos = end
+        self.write_pos = self._taken_end
         self._count += n
         self._touched()
         if self._needs_sync:
@@ -474,7 +463,9 @@ class DiskQueue:
     def _drop_staged(self) -> None:
         self._epoch += 1
         self._written.forget()
+        self._flushing = False
         self._staged = []
+        self._taken_refused = []
         self._staged_n = self._taken_n = 0
 
     def get(self) -> bytes | None:

@@ -7,14 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from helpers.held_flush import HeldFlush
-from nsqpy.nsqd.storage import commit as commit_module
 from nsqpy.nsqd.storage.commit import GroupCommit, Write, Written, flush_files
 
 pytestmark = pytest.mark.timeout(30)
@@ -30,7 +27,8 @@ class AppendFile:
         self.in_commit = False
         self.staged: list[tuple[list[bytes], int]] = []
         self.written = Written()
-        self.taken: deque[int] = deque()  # where each batch in flight ends
+        self.taken = 0
+        self.size = 0
         self.readable = 0
         self.outcomes: list[OSError | None] = []
         self.commit: GroupCommit | None = None
@@ -47,22 +45,21 @@ class AppendFile:
         self.commit.stage(self)
 
     def write_staged(self) -> None:
-        self.written.write(self.staged, lambda _first: (
-            self.fd, self.taken[-1] if self.taken else self.readable))
+        self.written.write(self.staged, lambda _first: (self.fd, self.size))
 
     def prepare(self) -> list[Write]:
         self.write_staged()
-        self.taken.append(self.written.end)
-        start = self.written.start
+        start, self.taken = self.written.start, self.written.end - self.written.start
         self.staged = []
         self.written.forget()
         return [Write(os.dup(self.fd), start)]
 
     def committed(self, error: OSError | None) -> None:
         self.outcomes.append(error)
-        end = self.taken.popleft()
         if error is None:
-            self.readable = end
+            self.size += self.taken
+            self.readable = self.size
+        self.taken = 0
 
 
 def run(coro_fn):
@@ -182,46 +179,3 @@ def test_files_flushed_at_once_raise_the_failure_of_any(tmp_path: Path, bad_firs
         helpers.shutdown(wait=True)
         for fd in (good, read_end, write_end):
             os.close(fd)
-
-
-def test_the_next_batch_is_flushed_beside_one_in_flight_and_answered_after_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two batches in flight: the second's fdatasync starts while the first's still waits for
-    the disk (their waits overlap), yet the second's steps run only after the first's."""
-    held = HeldFlush(monkeypatch)
-    entered: list[int] = []
-    real = held.real
-
-    def counted(fd: int) -> None:
-        entered.append(fd)
-        if len(entered) == 1:
-            held(fd)  # the first flush waits until released
-        else:
-            real(fd)
-
-    monkeypatch.setattr(commit_module, "fdatasync", counted)
-
-    async def body(commit: GroupCommit):
-        first, second = AppendFile(tmp_path / "a"), AppendFile(tmp_path / "b")
-        first.commit = second.commit = commit
-        order: list[str] = []
-        first.put(b"one;")
-        commit.then(lambda err: order.append("first"))
-        await asyncio.sleep(0)  # its batch is dispatched
-        await asyncio.get_running_loop().run_in_executor(None, held.entered.wait, 20)
-        second.put(b"two;")
-        done = settled(commit)
-        commit.then(lambda err: order.append("second"))
-        # the second batch's flush runs and returns while the first's is held
-        for _ in range(2000):
-            if len(entered) >= 2:
-                break
-            await asyncio.sleep(0.005)
-        overlapped = len(entered) >= 2 and not order
-        held.release.set()
-        assert await done is None
-        await settled(commit)
-        return overlapped, order, commit.batches
-
-    overlapped, order, batches = run(body)
-    assert overlapped and order == ["first", "second"] and batches == 2

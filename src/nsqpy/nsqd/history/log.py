@@ -28,7 +28,6 @@ import os
 import struct
 import time
 from array import array
-from collections import deque
 from itertools import accumulate, compress, repeat
 
 from isal.isal_zlib import crc32  # zlib's CRC-32, computed with the CPU's carry-less multiply
@@ -298,16 +297,17 @@ class Log:
         self.saved: dict[str, dict[str, int]] = {}
         self._saved_text = b""
         self.closed = False
-        # the group commit's side (storage/commit.py): blocks staged for the next batch, and
-        # the batches on the writer thread, oldest first: [(offset, block) each, the segment
-        # they go to (None: nothing written), where they end, epoch]
+        # the group commit's side (storage/commit.py): blocks staged for the next batch, those
+        # the batch on the writer thread holds (offset, block) and the segment they go to
         self.commit = commit
         self.in_commit = False
         self._staged: list[tuple] = []
-        self._taken: deque[list] = deque()
+        self._taken: list[tuple[int, tuple]] = []
+        self._taken_seg: Segment | None = None
+        self._taken_end = 0  # where the batch on the writer thread ends in its segment
         # the open batch's part already in the file (``place``: its segment)
         self._written = Written()
-        self._epoch = 0  # bumped by close/delete: a batch then is moot
+        self._epoch = self._taken_epoch = 0  # bumped by close/delete: a batch then is moot
         self._bytes = 0  # what the segments hold: a running total, not a sum per append
         if not os.path.isdir(self.dir):
             os.makedirs(self.dir, exist_ok=True)
@@ -537,10 +537,9 @@ class Log:
         its segment: a roll waits for a batch that starts with nothing in flight), else at the
         active segment's end, rolled first when the first block does not fit its size or time
         span. A segment may so pass its size, or its span, by the rest of one batch."""
-        for _blocks, seg, end, epoch in reversed(self._taken):
-            if seg is not None and epoch == self._epoch:
-                self._written.place = seg
-                return self.fd, end
+        if self._taken_seg is not None:
+            self._written.place = self._taken_seg
+            return self.fd, self._taken_end
         seg = self.active
         if seg.size and (seg.size + first[1] > self.segment_bytes or (
                 self.retention_ns and first[5] - seg.first_ts > self.roll_ns)):
@@ -555,9 +554,9 @@ class Log:
         """The batch takes every staged block and writes what is not written yet (one
         ``pwritev`` to the active segment); the writer thread flushes it. A batch has one
         outcome."""
+        self._taken_epoch = self._epoch
         staged = self._staged
-        entry: list = [[], None, -1, self._epoch]
-        self._taken.append(entry)
+        self._taken, self._taken_seg = [], None
         written = self._written
         if not staged or self.closed:
             self._staged = []
@@ -573,24 +572,23 @@ class Log:
             self._staged = []
             start, seg, end = written.start, written.place, written.end
             written.forget()
+        taken = []
         at = start
         for block in staged:
-            entry[0].append((at, block))
+            taken.append((at, block))
             at += block[1]
-        entry[1], entry[2] = seg, end
+        self._taken, self._taken_seg, self._taken_end = taken, seg, end
         return [Write(os.dup(self.fd), start, self.dir if start == 0 else "")]
 
     def committed(self, error: OSError | None) -> None:
         """The batch returned: its blocks are readable (the segment's summary has them), or
         were cut off again and are dropped."""
-        taken, seg, _end, epoch = self._taken.popleft()
-        if epoch != self._epoch or seg is None:
+        taken, seg = self._taken, self._taken_seg
+        self._taken, self._taken_seg = [], None
+        if self._taken_epoch != self._epoch or seg is None:
             return
         if error is not None:
-            # written behind the refused batch (and behind any after it in flight, refused
-            # with it): cut back with it; written again once none is left in flight
-            if self._written.count and not any(e[1] is not None and e[3] == self._epoch
-                                               for e in self._taken):
+            if self._written.count:  # written behind the refused batch: cut back, again now
                 self._written.forget()
                 cut_back(self.fd, seg.size, self.logger, f"HISTORY({self.topic_name})")
                 try:
@@ -615,7 +613,7 @@ class Log:
         dropped = []
         segs = self.segments
         # the group commit's batches are writing to these: kept until they return
-        busy = [entry[1] for entry in self._taken] + [self._written.place]
+        busy = (self._taken_seg, self._written.place)
         while len(segs) > 1 and not segs[0].count and segs[0] not in busy:  # (made ahead, restart)
             dropped.append(self._drop_first())
         if self.retention_ns:

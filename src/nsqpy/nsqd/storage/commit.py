@@ -7,9 +7,7 @@ number of publishers). Here the disk queues and history logs *stage* what they a
 write; at the end of the event-loop turn (or as soon as the flush before it returned) one
 batch takes everything staged: each owner writes its share on the loop (one
 ``pwritev`` per file, into the kernel's page cache) and a writer thread flushes it with one
-``fdatasync`` per file, while the loop goes on reading. Up to two batches are in flight: the
-next is written and its fdatasync issued while the one before is still being flushed (their
-waits on the disk overlap), and they finish in order. Whatever waits for those writes (a
+``fdatasync`` per file, while the loop goes on reading. Whatever waits for those writes (a
 publisher's answer, the fan-out of a message the history kept) is a *step*, run in order once
 the batch is on disk, or told that it failed.
 
@@ -23,8 +21,7 @@ fdatasync waits for the batch.
 All or nothing per batch: if any write or flush of a batch fails, every file of the batch is cut
 back to where the batch began (and that cut flushed: files flushed before the failure hold the
 batch on disk already) and every step of it is told the error, so exactly the publishes the
-batch held are refused and nothing of them is kept or delivered, even after a power cut. The
-batch in flight behind a failed one is refused with it (its bytes followed the failed ones).
+batch held are refused and nothing of them is kept or delivered, even after a power cut.
 
 An owner (a disk queue, a history log) has an ``in_commit`` flag this module keeps, and three
 methods called on the event loop: ``write_staged()`` writes what it staged to its file now (the
@@ -40,8 +37,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, Protocol
@@ -53,12 +48,6 @@ __all__ = ["GroupCommit", "Owner", "Write", "Written"]
 #: threads that flush a batch's files beside the writer thread (a topic with history writes
 #: two: its segment and its queue; topics published to in one turn write one or two each)
 FLUSH_HELPERS = 3
-
-#: batches in flight at once, each flushed on a writer thread of its own: while one waits for
-#: the disk in its fdatasync, the next is written on the loop and its fdatasync issued beside
-#: it (the file system's journal takes the second into its next commit, so the disk never waits
-#: for the loop to take the first one's answers); they still finish, and answer, in order
-IN_FLIGHT = 2
 
 #: what runs once a batch is on disk: called with None, or with the error that refused it
 Step = Callable[["OSError | None"], None]
@@ -132,23 +121,32 @@ class Owner(Protocol):
     def committed(self, error: OSError | None) -> None: ...
 
 
-def flush(writes: list[Write], helpers: Executor | None = None) -> None:
-    """A writer thread's part: flush every file, then the directories of new files, then what
-    runs once they are flushed. Raises the first OSError (the caller cuts the batch back)."""
-    flush_files([w.fd for w in writes], helpers)
-    for directory in {w.directory for w in writes if w.directory}:
-        fsync_dir(directory)
-    for w in writes:
-        if w.after is not None:
-            w.after()
+def flush(writes: list[Write], helpers: Executor | None = None) -> OSError | None:
+    """The writer thread's part: flush every file, then the directories of new files. On an
+    error every file is cut back to where the batch's write began, and the cut is flushed too:
+    a file whose ``fdatasync`` returned before another file's failed holds the refused bytes
+    on disk, and a power cut before its next flush would bring them back."""
+    try:
+        flush_files([w.fd for w in writes], helpers)
+        for directory in {w.directory for w in writes if w.directory}:
+            fsync_dir(directory)
+        for w in writes:
+            if w.after is not None:
+                w.after()
+        return None
+    except OSError as err:
+        cut_back(writes)
+        return err
+    finally:
+        for w in writes:
+            os.close(w.fd)
 
 
 def cut_back(writes: list[Write]) -> None:
     """Take a refused batch back out of its files, durably."""
     for w in writes:
         try:
-            if os.fstat(w.fd).st_size > w.offset:  # (a batch before it may have cut it shorter)
-                os.ftruncate(w.fd, w.offset)
+            os.ftruncate(w.fd, w.offset)
             fdatasync(w.fd)
         except OSError:
             pass  # the owner's next write starts at w.offset and overwrites what is left
@@ -177,68 +175,18 @@ def flush_files(fds: list[int], helpers: Executor | None) -> None:
         raise error
 
 
-class _Chain:
-    """What the batches in flight share: the first failure among them. A batch written behind
-    one that failed (its bytes follow the failed batch's in a file that was just cut back) is
-    refused too, even if its own flush succeeded."""
-
-    __slots__ = ("error",)
-
-    def __init__(self) -> None:
-        self.error: OSError | None = None
-
-
-def _flush_in_order(writes: list[Write], helpers: Executor, chain: _Chain,
-                    before: threading.Event | None, done: threading.Event) -> OSError | None:
-    """A batch's flush on its writer thread, beside the batch before it (their waits on the
-    disk overlap), but finished after it: once that one is done, a failure of it refuses this
-    one too. On an error every file of the batch is cut back to where its write began, and the
-    cut is flushed too: a file whose ``fdatasync`` returned before another file's failed holds
-    the refused bytes on disk, and a power cut before its next flush would bring them back."""
-    try:
-        error = chain.error
-        if error is None:
-            try:
-                flush(writes, helpers)
-            except OSError as err:
-                error = err
-        if before is not None:
-            before.wait()
-        error = error or chain.error
-        if error is not None:
-            chain.error = chain.error or error
-            cut_back(writes)
-        return error
-    finally:
-        for w in writes:
-            os.close(w.fd)
-        done.set()
-
-
 class GroupCommit:
-    """One per nsqd with ``--sync-every=1``: the open batch, the ones being flushed (up to
-    :data:`IN_FLIGHT`), the writer threads, and the steps waiting for them in order."""
+    """One per nsqd with ``--sync-every=1``: the open batch, the one being flushed, the thread."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, logger: logging.Logger) -> None:
         self.loop = loop
         self.logger = logger
         self._owners: list[Any] = []  # the open batch: owners with something staged
-        #: every step not run yet, in the order given: [step, answer, the batch it waits for]
-        self._steps: deque[list[Any]] = deque()
+        self._steps: list[tuple[Step, bool]] = []  # ... what waits for it, in order (step, answer)
         self._scheduled = False
-        #: the batches dispatched and not finished yet, oldest first: (number, future, owners,
-        #: whether it wrote anything)
-        self._running: deque[tuple[int, Future, list[Any], bool]] = deque()
-        self._number = 0  # the last batch dispatched; the open one is the next
-        self._wanted = 0  # the last batch a step waits for
-        self._floor = 0  # the batch every answer still waiting waits for at least
-        self._done = 0  # the last batch finished (they finish in order)
-        self._results: dict[int, OSError | None] = {}  # outcomes steps still ask for
-        self._chain = _Chain()
-        #: set once the last batch dispatched is finished on its thread (the next one waits for it)
-        self._last_done: threading.Event | None = None
-        #: a batch failed: nothing is dispatched until the ones in flight with it returned
-        self._stalled = False
+        #: the batch on the writer thread: (number, future, owners, steps)
+        self._running: tuple[int, Future, list[Any], list[tuple[Step, bool]]] | None = None
+        self._number = 0
         #: bumped by every stage(): a step that staged more is seen by this
         self.staged = 0
         #: set while a publish runs (:meth:`publish`): what it stages waits for the batch
@@ -248,7 +196,7 @@ class GroupCommit:
         self.files = 0
         #: told every batch's outcome before its steps run (nsqd's health: NOK after a failure)
         self.on_result: Step | None = None
-        self._thread = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="group-commit")
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="group-commit")
         #: flushes of a batch's other files, beside the writer thread's own (:func:`flush_files`)
         self._helpers = ThreadPoolExecutor(FLUSH_HELPERS, thread_name_prefix="group-commit-flush")
 
@@ -256,7 +204,7 @@ class GroupCommit:
     def busy(self) -> bool:
         """Something is staged, waiting or being flushed: an answer given now would overtake
         it, so it is given as a step (:meth:`then`) instead."""
-        return bool(self._running) or bool(self._owners) or bool(self._steps)
+        return self._running is not None or bool(self._owners) or bool(self._steps)
 
     def publish(self, put: Callable[..., None], *args: Any) -> None:
         """``put(*args)``, a publish (the topic's ``put_many``, ``put_deferred``, ...): its
@@ -283,26 +231,23 @@ class GroupCommit:
     def then(self, step: Step, answer: bool = True) -> None:
         """Run ``step`` once everything staged so far is on disk (or refused). An ``answer``
         (a publisher's OK) also waits for whatever the steps before it staged when they ran;
-        ``answer=False`` is a continuation (a fan-out the history held). Steps run in the
-        order given."""
-        self._wanted = self._number + 1
-        self._steps.append([step, answer, self._wanted])
+        ``answer=False`` is a continuation (a fan-out the history held): it runs as soon as its
+        own batch returned."""
+        self._steps.append((step, answer))
         self._schedule()
 
     def _schedule(self) -> None:
-        if not self._scheduled and len(self._running) < IN_FLIGHT and not self._stalled:
+        if not self._scheduled and self._running is None:
             self._scheduled = True
             self.loop.call_soon(self._dispatch)
 
     def _dispatch(self) -> None:
-        """End of a turn, or a flush just returned: write the open batch and hand it to a
-        writer thread, beside the one being flushed, if any (the disk's waits for the two, and
-        the loop's work, overlap)."""
+        """End of a turn, or a flush just returned: hand the open batch to the writer thread."""
         self._scheduled = False
-        if (len(self._running) >= IN_FLIGHT or self._stalled
-                or not (self._owners or self._wanted > self._number)):
+        if self._running is not None or not (self._owners or self._steps):
             return
         owners, self._owners = self._owners, []
+        steps, self._steps = self._steps, []
         for owner in owners:
             owner.in_commit = False
         writes: list[Write] = []
@@ -312,53 +257,43 @@ class GroupCommit:
                 writes += owner.prepare()
             except OSError as err:  # (a write failed, a new file could not be made): refused
                 error = error or err
-        self._number += 1
-        number = self._number
         if error is not None or not writes:
             if error is not None:
                 cut_back(writes)  # (the owners prepared before the one that failed wrote)
-                self._stalled = True
             for w in writes:
                 os.close(w.fd)
-            future: Future = Future()
-            future.set_result(error)
-            self._running.append((number, future, owners, False))
-            self._flushed()
+            self._finish(owners, steps, error, wrote=False)
+            if self._owners or self._steps:
+                self._schedule()
             return
-        done = threading.Event()
-        future = self._thread.submit(_flush_in_order, writes, self._helpers, self._chain,
-                                     self._last_done, done)
-        self._last_done = done
-        self._running.append((number, future, owners, True))
+        self._number += 1
+        number = self._number
+        future = self._thread.submit(flush, writes, self._helpers)
+        self._running = (number, future, owners, steps)
         self.batches += 1
         self.files += len(writes)
-        future.add_done_callback(lambda _f: self.loop.call_soon_threadsafe(self._flushed))
+        future.add_done_callback(
+            lambda _f: self.loop.call_soon_threadsafe(self._flushed, number))
 
-    def _flushed(self) -> None:
-        """Batches returned: finish them in order, then dispatch what was staged meanwhile."""
+    def _flushed(self, number: int) -> None:
         running = self._running
-        while running and running[0][1].done():
-            number, future, owners, wrote = running.popleft()
-            error = future.result()
-            self._finish(number, owners, error, wrote)
-            if error is not None:
-                self._stalled = True
-        if not running and self._stalled:
-            self._stalled = False
-            self._chain = _Chain()
-            self._last_done = None
-        self._run_steps()
-        self._schedule()
+        if running is None or running[0] != number:
+            return  # drain() finished it already
+        self._running = None
+        self._finish(running[2], running[3], running[1].result())
+        self._dispatch()  # what was staged while it ran
 
-    def _finish(self, number: int, owners: list[Any], error: OSError | None,
-                wrote: bool) -> None:
-        """Batch ``number`` is on disk (``error`` None) or refused: owners first (what they
-        wrote becomes readable, or is dropped), then nsqd's health."""
-        self._done = number
-        self._results[number] = error
+    def _finish(self, owners: list[Any], steps: list[tuple[Step, bool]],
+                error: OSError | None, wrote: bool = True) -> None:
+        """The batch is on disk (``error`` None) or refused: owners first (what they wrote
+        becomes readable, or is dropped), then the steps in order. Once a step stages more (a
+        fan-out the history held writes the topic's or channels' queues), the answers after it
+        wait for the next batch, in front of those already waiting there, so a connection's
+        answers keep their order; the continuations after it still run (their own writes are
+        on disk)."""
         if error is not None:
-            self.logger.error("GROUP COMMIT: a write or flush failed, batch %d refused - %s",
-                              number, error)
+            self.logger.error("GROUP COMMIT: a write or flush failed, %d publish step(s) "
+                              "refused - %s", len(steps), error)
         for owner in owners:
             try:
                 owner.committed(error)
@@ -366,46 +301,35 @@ class GroupCommit:
                 self.logger.exception("GROUP COMMIT: committing %r failed", owner)
         if self.on_result is not None and (wrote or error is not None):
             self.on_result(error)  # (a batch that wrote nothing says nothing of the disk)
-
-    def _run_steps(self) -> None:
-        """Run the steps whose batch has returned, in order, with its outcome. Once a step
-        stages more (a fan-out the history held writes the topic's or channels' queues), every
-        answer after it waits for the batch that takes those writes (:attr:`_floor`) and gets
-        that batch's outcome, so an OK covers them and a connection's answers keep their
-        order."""
-        steps = self._steps
-        while steps:
-            head = steps[0]
-            if head[1] and head[2] < self._floor:
-                head[2] = self._floor
-            if head[2] > self._done:
-                break
-            steps.popleft()
-            error = self._results[head[2]]
+        carry = False
+        carried: list[tuple[Step, bool]] = []
+        for step, answer in steps:
+            if carry and answer:
+                carried.append((step, answer))
+                continue
             before = self.staged
             try:
-                head[0](error)
+                step(error)
             except Exception:
                 self.logger.exception("GROUP COMMIT: a step failed")
-            if error is None and self.staged != before:
-                self._floor = self._wanted = self._number + 1
-        oldest = min(step[2] for step in steps) if steps else self._done + 1
-        for number in [n for n in self._results if n < oldest]:
-            del self._results[number]
+            carry = carry or (error is None and self.staged != before)
+        if carried:
+            self._steps[:0] = carried
+            self._schedule()
 
     def drain(self) -> None:
         """Finish everything staged and waiting, on the calling (loop) thread: at shutdown,
         before the files close."""
         while True:
-            if self._running:
-                self._running[0][1].result()  # (waits for it)
-                self._flushed()
-                continue
-            self._stalled = False
-            if not (self._owners or self._wanted > self._number):
-                self._run_steps()
+            running = self._running
+            if running is not None:
+                error = running[1].result()
+                self._running = None
+                self._finish(running[2], running[3], error)
+            elif self._owners or self._steps:
+                self._dispatch()
+            else:
                 return
-            self._dispatch()
 
     def close(self) -> None:
         self.drain()
