@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsqpy.nsqd.diskqueue import DiskQueue
+from helpers.held_flush import HeldFlush
 from nsqpy.nsqd.storage.commit import GroupCommit
 
 pytestmark = pytest.mark.timeout(120)
@@ -115,7 +116,7 @@ def test_a_refused_batch_drops_its_records_and_the_queue_goes_on(tmp_path: Path)
         q = open_q(tmp_path, commit)
         q.put(msg(0))
         assert await flushed(commit) is None
-        err = await refused_batch(q, commit, lambda: q.put_many([msg(1), msg(2)]))
+        err = await refused_batch(q, commit, lambda: commit.publish(q.put_many, [msg(1), msg(2)]))
         depth_after_refusal = q.depth
         q.put(msg(3))
         assert await flushed(commit) is None
@@ -130,26 +131,84 @@ def test_a_refused_batch_drops_its_records_and_the_queue_goes_on(tmp_path: Path)
     assert got == [msg(0), msg(3)]
 
 
-def test_a_refused_requeue_is_handed_back_not_lost(tmp_path: Path) -> None:
-    """A requeue staged for the group commit has no publisher to refuse: when its batch fails
-    the queue calls its ``refused`` callback (the channel keeps the messages in memory)."""
+def test_a_requeue_the_disk_refuses_raises_at_once(tmp_path: Path) -> None:
+    """A requeue is written when it is put (not a publish): a refused write raises out of the
+    put, with nothing of it counted or left in the file (the channel keeps the messages)."""
     async def body():
         commit = GroupCommit(asyncio.get_running_loop(), LOG)
         q = open_q(tmp_path, commit)
         q.put(msg(0))
         assert await flushed(commit) is None
-        kept: list[bytes] = []
-        requeued = [msg(1), msg(2)]
-
-        def puts() -> None:
-            q.put_many(requeued, lambda: kept.extend(requeued))
-            q.put(msg(3))  # a publish in the same batch: refused to its publisher, not kept
-
-        err = await refused_batch(q, commit, puts)
+        with pytest.raises(OSError):
+            await refused_batch(q, commit, lambda: q.put_many([msg(1), msg(2)], lambda: None))
+        depth = q.depth
         q.close()
         commit.close()
-        return err, kept, q.depth
+        return depth
 
-    err, kept, depth = asyncio.run(body())
-    assert isinstance(err, OSError)
-    assert kept == [msg(1), msg(2)] and depth == 1
+    assert asyncio.run(body()) == 1
+    assert (tmp_path / "t.diskqueue.000000.dat").read_bytes() == b"\x00\x00\x00d" + msg(0)
+
+
+def test_a_requeue_is_in_the_file_when_put_returns_and_readable_after_its_flush(
+        tmp_path: Path) -> None:
+    """Not a publish (a requeue, the pump, a dead letter): the bytes are handed to the file
+    before the put returns, so a kill -9 after it keeps them; only the fdatasync waits for
+    the batch, and the records are readable once it returned."""
+    data = tmp_path / "t.diskqueue.000000.dat"
+
+    async def body():
+        commit = GroupCommit(asyncio.get_running_loop(), LOG)
+        q = open_q(tmp_path, commit)
+        q.put_many([msg(0), msg(1)], lambda: None)
+        on_file = data.read_bytes()
+        early = q.get_many(10)
+        assert await flushed(commit) is None
+        got = q.get_many(10)
+        q.close()
+        commit.close()
+        return on_file, early, got
+
+    on_file, early, got = asyncio.run(body())
+    assert on_file == b"".join(b"\x00\x00\x00d" + msg(i) for i in range(2))
+    assert early == [] and got == [msg(0), msg(1)]
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["flushed", "refused"])
+def test_a_requeue_during_a_flush_goes_behind_it_in_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool) -> None:
+    """A requeue while a publish's batch is being flushed is written right behind that batch
+    at once. If that batch is refused (and cut back), the requeue is written again where the
+    file now ends, and its own batch makes it readable: nothing of the refused publish stays."""
+    data = tmp_path / "t.diskqueue.000000.dat"
+    held = HeldFlush(monkeypatch, fail=fails)
+
+    async def body():
+        commit = GroupCommit(asyncio.get_running_loop(), LOG)
+        q = open_q(tmp_path, commit)
+        commit.publish(q.put, msg(0))
+        published = asyncio.get_running_loop().create_future()
+        commit.then(published.set_result)  # (the publisher's answer)
+        await asyncio.sleep(0)  # the turn ends: its batch goes to the writer thread
+        await asyncio.get_running_loop().run_in_executor(None, held.entered.wait, 20)
+        kept: list[bytes] = []
+        q.put_many([msg(1)], lambda: kept.append(msg(1)))
+        during = data.read_bytes()
+        held.release.set()
+        outcome = await published
+        assert await flushed(commit) is None  # the requeue's own batch
+        got = q.get_many(10)
+        q.close()
+        commit.close()
+        return during, outcome, got, kept
+
+    during, outcome, got, kept = asyncio.run(body())
+    record = [b"\x00\x00\x00d" + msg(i) for i in range(2)]
+    assert during == record[0] + record[1]
+    assert kept == []
+    if fails:
+        assert isinstance(outcome, OSError) and got == [msg(1)]
+        assert data.read_bytes() == record[1]
+    else:
+        assert outcome is None and got == [msg(0), msg(1)]
+        assert data.read_bytes() == record[0] + record[1]

@@ -36,12 +36,13 @@ Sync policy
     and every reader file advance; on ``close``. The directory is fsynced after a sync that
     follows creating or deleting files. With nsqd's group commit (``--sync-every=1``: ``commit``
     set, nsqd/storage/commit.py) a put is staged instead: counted in ``depth`` at once, written
-    and flushed by the commit's writer thread with the turn's batch, readable (``on_commit``)
-    once that returned; the metadata follows on the sync thread (a batch that starts a data
-    file writes it itself, before its answers: upstream reads no file its metadata does not
-    name). Errors from these automatic syncs are logged, never
-    raised out of ``put``/``get`` (the record is already written or handed out; raising would
-    make the caller retry and duplicate it); an explicit ``sync()`` raises.
+    with the turn's batch (at once when it is not a publish: ``write_staged``) and flushed by the
+    commit's writer thread, readable (``on_commit``) once that returned; the metadata follows
+    at the sync tick (``sync_timeout``), on the sync thread (a batch that starts a data file
+    writes it itself, before its answers: upstream reads no file its metadata does not name).
+    Errors from these automatic syncs are logged, never raised out of ``put``/``get`` (the
+    record is already written or handed out; raising would make the caller retry and duplicate
+    it); an explicit ``sync()`` raises.
 
 Recovery (upstream semantics, plus a few improvements that are marked *beyond upstream*)
     * Missing metadata and no data files: an empty queue at file 0.
@@ -85,7 +86,7 @@ from functools import partial
 
 from ..protocol.same_size import messages as same_size_messages, same_size_run
 from .storage.background import sync_thread
-from .storage.commit import GroupCommit, Write
+from .storage.commit import GroupCommit, Write, Written
 from .storage.files import O_CLOEXEC, cut_back, cut_torn_tail, fdatasync, fsync_dir, write_all
 
 __all__ = ["DiskQueue", "DummyQueue", "scan_records"]
@@ -154,6 +155,7 @@ class DiskQueue:
         "_left_data", "_left_bad",
         "commit", "in_commit", "on_commit", "_staged", "_staged_n", "_taken_n", "_taken_end",
         "_epoch", "_taken_epoch", "_taken_refused",
+        "_written", "_flushing",
     )
 
     def __init__(self, name: str, data_path: str, max_bytes_per_file: int, min_msg_size: int,
@@ -210,7 +212,8 @@ class DiskQueue:
         self._left_bad: set[str] = set()
 
         # group commit (``--sync-every=1`` in nsqd: storage/commit.py): puts are staged, written
-        # and flushed with the turn's batch on the writer thread, and readable once it returned
+        # with the turn's batch (or at once) and flushed on the writer thread, and readable once
+        # it returned
         self.commit: GroupCommit | None = None
         self.in_commit = False
         #: called once records staged for the group commit are readable (the owner delivers)
@@ -222,6 +225,10 @@ class DiskQueue:
         self._taken_n = 0  # records the batch on the writer thread holds
         self._taken_end = 0  # write_pos once they are on disk
         self._epoch = self._taken_epoch = 0  # bumped by empty/delete/close: a batch then is moot
+        # the open batch's part already in the file (``place``: whether its first write made
+        # the file), and whether a batch of this queue is on the writer thread
+        self._written = Written()
+        self._flushing = False
 
         self._load(files)
         if self._needs_sync:
@@ -328,31 +335,64 @@ class DiskQueue:
 
     def _stage(self, parts: list[bytes], nbytes: int,
                refused: Callable[[], None] | None = None) -> None:
-        """A put with ``--sync-every=1``: kept until the turn's batch writes and flushes it."""
+        """A put with ``--sync-every=1``: kept until the turn's batch writes and flushes it, or
+        (not a publish) written now and flushed by that batch. Raises OSError when that write
+        fails (nothing of this put is kept then)."""
         k = len(parts) >> 1
         self._staged.append((parts, nbytes, refused))
         self._staged_n += k
         self.depth += k
-        self.commit.stage(self)  # type: ignore[union-attr]
+        try:
+            self.commit.stage(self)  # type: ignore[union-attr]
+        except OSError:
+            self._staged.pop()
+            self._staged_n -= k
+            self.depth -= k
+            raise
+
+    def write_staged(self) -> None:
+        """Hand what is staged to the file now (the kernel keeps it through a kill -9): a
+        message nsqd already held (a requeue, the pump, a dead letter) must not be lost once
+        the loop has moved on, as go-diskqueue's ``Put`` has written before it returns. Only
+        the fdatasync waits for the batch. Not readable before the batch returned."""
+        self._written.write(self._staged, self._batch_start)
+
+    def _batch_start(self, first: tuple) -> tuple[int, int]:
+        """Where the open batch's records go: right after the batch on the writer thread (in
+        its file: a roll waits for a batch that starts with nothing in flight), else at the
+        end of the write file, rolled first when the first record does not fit. A file may
+        so pass ``max_bytes_per_file`` by the rest of a batch: go-diskqueue reads a finished
+        file to its real size, as this reader does."""
+        if self._flushing:
+            return self._wfd, self._taken_end  # type: ignore[return-value]
+        if self.write_pos and self.write_pos + 4 + len(first[0][1]) > self.max_bytes_per_file:
+            self._roll_writer()
+        self._written.place = self._wfd is None and self.write_pos == 0  # (a new file)
+        if self._wfd is None:
+            self._open_write()
+        return self._wfd, self.write_pos  # type: ignore[return-value]
 
     def prepare(self) -> list[Write]:
-        """The batch takes everything staged: one ``pwritev`` to the write file. A roll happens
-        only between batches (the file is whole and flushed then), so a file may pass
-        ``max_bytes_per_file`` by the rest of one batch: go-diskqueue reads a finished file to
-        its real size, as this reader does. One batch, one outcome for all it holds."""
+        """The batch takes everything staged and writes what is not written yet (one
+        ``pwritev``); the writer thread flushes it. One batch, one outcome for all it holds."""
         self._taken_epoch = self._epoch
-        chunks, self._staged = self._staged, []
+        chunks = self._staged
         self._taken_n, self._staged_n = self._staged_n, 0
         self._taken_refused = [c[2] for c in chunks if c[2] is not None]
         if not chunks:
             return []
-        if self.write_pos and self.write_pos + 4 + len(chunks[0][0][1]) > self.max_bytes_per_file:
-            self._roll_writer()
-        created = self._wfd is None and self.write_pos == 0
-        if self._wfd is None:
-            self._open_write()
-        parts = [part for chunk in chunks for part in chunk[0]]
-        self._taken_end = self.write_pos + sum(c[1] for c in chunks)
+        written = self._written
+        try:
+            self.write_staged()
+        except OSError:  # refused: what the open batch wrote before goes too
+            if written.start >= 0:
+                self._truncate(written.fd, written.start)
+            raise
+        finally:
+            self._staged = []
+            start, created, self._taken_end = written.start, written.place, written.end
+            written.forget()
+        self._flushing = True
         after = None
         if created:  # the metadata names the new file before anything in it is answered
             with self._meta_lock:
@@ -361,7 +401,7 @@ class DiskQueue:
             after = partial(self._persist_meta_gen, gen, b"%d\n%d,%d\n%d,%d\n" % (
                 self.depth, self.read_file_num, self.read_pos, self.write_file_num,
                 self._taken_end))
-        return [Write(os.dup(self._wfd), self.write_pos, parts,  # type: ignore[arg-type]
+        return [Write(os.dup(self._wfd), start,  # type: ignore[arg-type]
                       self.data_path if created else "", after)]
 
     def committed(self, error: OSError | None) -> None:
@@ -369,18 +409,29 @@ class DiskQueue:
         (a requeue among them is handed back: its ``refused`` callback)."""
         n, self._taken_n = self._taken_n, 0
         refused, self._taken_refused = self._taken_refused, []
+        self._flushing = False
         if self._taken_epoch != self._epoch:
             return  # emptied, deleted or closed meanwhile: nothing of it counts
         if error is not None:
             self.depth -= n
             for rescue in refused:
                 rescue()
+            if self._written.count:  # written behind the refused batch: cut back, again now
+                self._written.forget()
+                if self._wfd is not None:
+                    self._truncate(self._wfd, self.write_pos)
+                try:
+                    self.write_staged()
+                except OSError:
+                    pass  # (its own batch writes it, or refuses it)
             return
         self.write_pos = self._taken_end
         self._count += n
         self._touched()
-        if self._needs_sync or self._count >= self.sync_every:
+        if self._needs_sync:
             self._sync_due()  # the metadata, on the sync thread: the data is flushed already
+        # (else the metadata follows at the sync tick: what a batch wrote is flushed already,
+        # and a start after a crash counts the records past the metadata's write position)
         if self.on_commit is not None:
             self.on_commit()
 
@@ -401,6 +452,7 @@ class DiskQueue:
         chunks, self._staged = self._staged, []
         self.depth -= self._staged_n
         self._staged_n = 0
+        self._written.forget()  # (rewritten in place: nothing is in flight at a close)
         commit, self.commit = self.commit, None
         try:
             for parts, _nbytes, _refused in chunks:
@@ -410,6 +462,8 @@ class DiskQueue:
 
     def _drop_staged(self) -> None:
         self._epoch += 1
+        self._written.forget()
+        self._flushing = False
         self._staged = []
         self._taken_refused = []
         self._staged_n = self._taken_n = 0

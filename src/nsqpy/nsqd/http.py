@@ -345,7 +345,7 @@ class NsqdHTTP:
             raise ApiError(503, "EXITING")
         try:
             if count:
-                put(*args)
+                self.nsqd.publish(put, *args)
         except PublishRefused as err:  # a drain, a full bounded queue (lifecycle/)
             raise ApiError(503, err.http_message) from None
         except OSError as err:

@@ -46,6 +46,10 @@ def _name(owner: "Channel") -> str:
     return owner.name
 
 
+def _call(put: Callable[..., None], *args: Any) -> None:
+    put(*args)
+
+
 class NSQD:
     def __init__(self, options: Options, logger: logging.Logger) -> None:
         self.options = options
@@ -87,9 +91,14 @@ class NSQD:
         #: with --sync-every=1 every write that must be on disk before its answer goes through
         #: one group commit (storage/commit.py): the disk queues', the history's
         self.commit: GroupCommit | None = None
+        #: ``publish(put, *args)``: how the publishing commands call the topic's ``put_many``,
+        #: ``put_deferred`` and ``put_run`` (their answer waits for the group commit's flush, so
+        #: their writes wait for its batch: ``GroupCommit.publish``); a plain call without it
+        self.publish: Callable[..., None] = _call
         if options.sync_every <= 1:
             self.commit = GroupCommit(self.loop, logger)
             self.commit.on_result = self._commit_result
+            self.publish = self.commit.publish
         #: the data directory's queue files at start, by queue name (see :meth:`make_backend`)
         self._files_at_start: dict[str, list[str]] | None = None
         # --- hooks (hooks.py): what the server installs for the features the flags ask for ---

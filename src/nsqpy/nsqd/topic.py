@@ -70,7 +70,8 @@ class Topic:
         history's block."""
         if self.guard is not None:
             self.guard(self)  # a drain, a full bounded queue: raises PublishRefused
-        if self.history is not None and self._keep(msgs, 0, columns) and not self._stages_only():
+        if (self.history is not None and self._keep(msgs, 0, columns) and self._holds()
+                and not self._stages_only()):
             self.nsqd.commit.then(partial(self._kept, self._fan_out, msgs, nbytes), answer=False)
             return
         self._fan_out(msgs, nbytes)
@@ -114,6 +115,13 @@ class Topic:
         self.message_count += count
         self.message_bytes += nbytes
 
+    def _holds(self) -> bool:
+        """Whether a fan-out the history staged waits for its flush: a publish's does (nothing
+        of a publish the disk refuses is delivered); a message nsqd held already (a dead
+        letter, an adoption), whose block is in the file now, goes on at once, so that a kill
+        -9 cannot leave it in neither its old place nor the channels'."""
+        return self.nsqd.commit.publishing
+
     def _stages_only(self) -> bool:
         """Whether a fan-out now would only stage disk-queue writes (``--mem-queue-size=0``
         here and in every channel, no replay, no replication): those join the history's batch,
@@ -143,7 +151,7 @@ class Topic:
     def put_deferred(self, msg: Msg, delay: float) -> None:
         if self.guard is not None:
             self.guard(self)
-        if self.history is not None and self._keep([msg], int(delay * 1000)):
+        if self.history is not None and self._keep([msg], int(delay * 1000)) and self._holds():
             self.nsqd.commit.then(partial(self._kept, self._defer_out, msg, delay), answer=False)
             return
         self._defer_out(msg, delay)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqpy.nsqd.storage.commit import GroupCommit, Write, flush_files
+from nsqpy.nsqd.storage.commit import GroupCommit, Write, Written, flush_files
 
 pytestmark = pytest.mark.timeout(30)
 LOG = logging.getLogger("test.commit")
@@ -25,28 +25,41 @@ class AppendFile:
         self.path = path
         self.fd = os.open(path, flags, 0o644)
         self.in_commit = False
-        self.staged: list[bytes] = []
-        self.taken: list[bytes] = []
+        self.staged: list[tuple[list[bytes], int]] = []
+        self.written = Written()
+        self.taken = 0
         self.size = 0
         self.readable = 0
         self.outcomes: list[OSError | None] = []
         self.commit: GroupCommit | None = None
 
     def put(self, data: bytes) -> None:
-        self.staged.append(data)
+        """A publish's write: the batch writes it."""
+        assert self.commit is not None
+        self.commit.publish(self.hand_over, data)
+
+    def hand_over(self, data: bytes) -> None:
+        """Staged outside a publish (a message already held): written at once."""
+        self.staged.append(([data], len(data)))
         assert self.commit is not None
         self.commit.stage(self)
 
+    def write_staged(self) -> None:
+        self.written.write(self.staged, lambda _first: (self.fd, self.size))
+
     def prepare(self) -> list[Write]:
-        self.taken, self.staged = self.staged, []
-        return [Write(os.dup(self.fd), self.size, self.taken)]
+        self.write_staged()
+        start, self.taken = self.written.start, self.written.end - self.written.start
+        self.staged = []
+        self.written.forget()
+        return [Write(os.dup(self.fd), start)]
 
     def committed(self, error: OSError | None) -> None:
         self.outcomes.append(error)
         if error is None:
-            self.size += sum(map(len, self.taken))
+            self.size += self.taken
             self.readable = self.size
-        self.taken = []
+        self.taken = 0
 
 
 def run(coro_fn):

@@ -34,7 +34,7 @@ from isal.isal_zlib import crc32  # zlib's CRC-32, computed with the CPU's carry
 
 from ...protocol.repeated import RepeatedRecords
 from ..storage.background import FilesAhead
-from ..storage.commit import GroupCommit, Write
+from ..storage.commit import GroupCommit, Write, Written
 from ..storage.files import cut_back, cut_torn_tail, fdatasync, fsync_dir, write_all
 from concurrent.futures import Executor
 from typing import Any, Iterator
@@ -304,6 +304,9 @@ class Log:
         self._staged: list[tuple] = []
         self._taken: list[tuple[int, tuple]] = []
         self._taken_seg: Segment | None = None
+        self._taken_end = 0  # where the batch on the writer thread ends in its segment
+        # the open batch's part already in the file (``place``: its segment)
+        self._written = Written()
         self._epoch = self._taken_epoch = 0  # bumped by close/delete: a batch then is moot
         self._bytes = 0  # what the segments hold: a running total, not a sum per append
         if not os.path.isdir(self.dir):
@@ -489,7 +492,11 @@ class Log:
         """Write (or stage) one block made by :meth:`append`; see there."""
         if self.commit is not None:
             self._staged.append((iov, size, n, lo, hi, first, last))
-            self.commit.stage(self)
+            try:
+                self.commit.stage(self)
+            except OSError:  # written at once (not a publish) and refused: nothing of it stays
+                self._staged.pop()
+                raise
             return True
         seg = self.active
         if seg.size and (seg.size + size > self.segment_bytes or (
@@ -518,38 +525,76 @@ class Log:
 
     # --- the group commit (storage/commit.py) ---------------------------------------------------
 
-    def prepare(self) -> list[Write]:
-        """The batch takes every staged block: one ``pwritev`` to the active segment. A roll
-        happens only between batches (the segment is whole on disk then), so a segment may pass
-        its size, or its time span, by the rest of one batch; a batch has one outcome."""
-        self._taken_epoch = self._epoch
-        staged, self._staged = self._staged, []
-        self._taken, self._taken_seg = [], None
-        if not staged or self.closed:
-            return []
+    def write_staged(self) -> None:
+        """Hand the staged blocks to the segment file now (a message nsqd already held, such
+        as a dead letter: a kill -9 must not lose it once the loop moved on); the batch flushes
+        them, and makes them readable once it returned."""
+        if not self.closed:
+            self._written.write(self._staged, self._batch_start)
+
+    def _batch_start(self, first: tuple) -> tuple[int, int]:
+        """Where the open batch's blocks go: right after the batch on the writer thread (in
+        its segment: a roll waits for a batch that starts with nothing in flight), else at the
+        active segment's end, rolled first when the first block does not fit its size or time
+        span. A segment may so pass its size, or its span, by the rest of one batch."""
+        if self._taken_seg is not None:
+            self._written.place = self._taken_seg
+            return self.fd, self._taken_end
         seg = self.active
-        first = staged[0]
         if seg.size and (seg.size + first[1] > self.segment_bytes or (
                 self.retention_ns and first[5] - seg.first_ts > self.roll_ns)):
             self._roll()
             seg = self.active
         if self.fd < 0:
             self._open_active()
+        self._written.place = seg
+        return self.fd, seg.size
+
+    def prepare(self) -> list[Write]:
+        """The batch takes every staged block and writes what is not written yet (one
+        ``pwritev`` to the active segment); the writer thread flushes it. A batch has one
+        outcome."""
+        self._taken_epoch = self._epoch
+        staged = self._staged
+        self._taken, self._taken_seg = [], None
+        written = self._written
+        if not staged or self.closed:
+            self._staged = []
+            written.forget()
+            return []
+        try:
+            self.write_staged()
+        except OSError:  # refused: what the open batch wrote before goes too
+            if written.start >= 0:
+                cut_back(written.fd, written.start, self.logger, f"HISTORY({self.topic_name})")
+            raise
+        finally:
+            self._staged = []
+            start, seg, end = written.start, written.place, written.end
+            written.forget()
         taken = []
-        end = seg.size
+        at = start
         for block in staged:
-            taken.append((end, block))
-            end += block[1]
-        self._taken, self._taken_seg = taken, seg
-        return [Write(os.dup(self.fd), seg.size, [part for block in staged for part in block[0]],
-                      self.dir if seg.size == 0 else "")]
+            taken.append((at, block))
+            at += block[1]
+        self._taken, self._taken_seg, self._taken_end = taken, seg, end
+        return [Write(os.dup(self.fd), start, self.dir if start == 0 else "")]
 
     def committed(self, error: OSError | None) -> None:
         """The batch returned: its blocks are readable (the segment's summary has them), or
         were cut off again and are dropped."""
         taken, seg = self._taken, self._taken_seg
         self._taken, self._taken_seg = [], None
-        if self._taken_epoch != self._epoch or seg is None or error is not None:
+        if self._taken_epoch != self._epoch or seg is None:
+            return
+        if error is not None:
+            if self._written.count:  # written behind the refused batch: cut back, again now
+                self._written.forget()
+                cut_back(self.fd, seg.size, self.logger, f"HISTORY({self.topic_name})")
+                try:
+                    self.write_staged()
+                except OSError:
+                    pass  # (its own batch writes it, or refuses it)
             return
         for offset, (_iov, size, n, lo, hi, first, last) in taken:
             seg.add_block(offset, size, n, lo, hi, first, last)
@@ -567,16 +612,17 @@ class Log:
         while the log holds more than the byte cap. Returns how many were dropped."""
         dropped = []
         segs = self.segments
-        busy = self._taken_seg  # the group commit's batch is writing to it: kept until it returns
-        while len(segs) > 1 and not segs[0].count and segs[0] is not busy:  # (made ahead, restart)
+        # the group commit's batches are writing to these: kept until they return
+        busy = (self._taken_seg, self._written.place)
+        while len(segs) > 1 and not segs[0].count and segs[0] not in busy:  # (made ahead, restart)
             dropped.append(self._drop_first())
         if self.retention_ns:
             cutoff = now_ns - self.retention_ns
             while (segs and (segs[0].count or len(segs) > 1) and segs[0].max_ts < cutoff
-                   and segs[0] is not busy):
+                   and segs[0] not in busy):
                 dropped.append(self._drop_first())
         if self.retention_bytes:
-            while self._bytes > self.retention_bytes and segs[0].size and segs[0] is not busy:
+            while self._bytes > self.retention_bytes and segs[0].size and segs[0] not in busy:
                 dropped.append(self._drop_first())
         if dropped:
             self.executor.submit(self._unlink, dropped)
@@ -690,6 +736,7 @@ class Log:
         self.closed = True
         self._epoch += 1  # (nsqd drains the group commit before closing: nothing is staged)
         self._staged = []
+        self._written.forget()
         self.ahead.close()
         self.save_replays()
         for fd in self._sealed:

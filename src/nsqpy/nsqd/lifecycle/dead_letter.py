@@ -4,7 +4,8 @@ requeue on disconnect (issue #13). Called from Channel only when the feature is 
 Dead-lettering is a move, not a copy: the message is in flight (held only by the consumer's
 in-flight dict, no longer in the channel's queue) when it comes back, and it goes to exactly one
 place, the dead-letter topic's queue, in one ``Topic.put_many``. With ``--mem-queue-size=0
---sync-every=1`` that write is on disk before nsqd moves on, so a kill -9 finds it either
+--sync-every=1`` that write is in the file before nsqd moves on (the group commit writes what
+is not a publish at once; its fdatasync follows with the batch), so a kill -9 finds it either
 still in flight (lost as upstream loses any in-flight message) or in the dead-letter topic,
 never both; if the dead-letter publish fails (disk error, a full ``reject`` queue) the message
 is requeued as upstream would, never dropped.

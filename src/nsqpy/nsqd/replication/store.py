@@ -326,13 +326,16 @@ class ReplicaStore:
             self._unsynced = False
             os.fsync(self._fd)
 
+    def write_staged(self) -> None:
+        """(nothing to write: ``append`` wrote the entries already)"""
+
     def prepare(self) -> list[Write]:
         """The group commit's flush of what ``append(..., defer_sync=True)`` wrote: the entries
         are in the file already (the index applied them), the writer thread only fsyncs it."""
         if not self._unsynced or self._fd < 0:
             return []
         self._unsynced = False
-        return [Write(os.dup(self._fd), self._seg_size[self.current], ())]
+        return [Write(os.dup(self._fd), self._seg_size[self.current])]
 
     def committed(self, error: OSError | None) -> None:
         """(the link answers from the commit's step: an error fails it, as a failed sync does)"""

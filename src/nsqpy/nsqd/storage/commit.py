@@ -5,22 +5,31 @@ so it waits for an ``fdatasync``. One fsync per message made every publisher wai
 other's, one after the other, with the event loop blocked meanwhile (~2,000 PUB/s whatever the
 number of publishers). Here the disk queues and history logs *stage* what they are asked to
 write; at the end of the event-loop turn (or as soon as the flush before it returned) one
-:class:`Batch` takes everything staged, and a writer thread writes it with one ``pwritev`` per
-file and flushes it with one ``fdatasync`` per file, while the loop goes on reading. Whatever
-waits for those writes (a publisher's answer, the fan-out of a message the history kept) is a
-*step*, run in order once the batch is on disk, or told that it failed.
+batch takes everything staged: each owner writes its share on the loop (one
+``pwritev`` per file, into the kernel's page cache) and a writer thread flushes it with one
+``fdatasync`` per file, while the loop goes on reading. Whatever waits for those writes (a
+publisher's answer, the fan-out of a message the history kept) is a *step*, run in order once
+the batch is on disk, or told that it failed.
+
+Only a publish may leave its bytes staged until the end of the turn (:meth:`GroupCommit.publish`):
+its answer waits for the flush anyway. Anything else staged is a message nsqd already held (a
+requeue, a deferred message coming due, the topic's pump, a dead letter, an adoption): its
+bytes are written at once (``write_staged``), before the loop moves on to the next command or
+delivery, so a kill -9 cannot lose it (go-diskqueue writes before ``Put`` returns); only its
+fdatasync waits for the batch.
 
 All or nothing per batch: if any write or flush of a batch fails, every file of the batch is cut
 back to where the batch began (and that cut flushed: files flushed before the failure hold the
 batch on disk already) and every step of it is told the error, so exactly the publishes the
 batch held are refused and nothing of them is kept or delivered, even after a power cut.
 
-An owner (a disk queue, a history log) has an ``in_commit`` flag this module keeps, and two
-methods called on the event loop: ``prepare()`` takes everything it staged, fixes its positions
-and returns the writes (a file roll happens there, between batches, never inside one: a batch
-and its steps share one outcome); ``committed(error)`` makes what it wrote readable (``error``
-None) or drops it. Nothing else of
-an owner is touched off the loop: the thread gets the bytes and a duplicate of the file's fd.
+An owner (a disk queue, a history log) has an ``in_commit`` flag this module keeps, and three
+methods called on the event loop: ``write_staged()`` writes what it staged to its file now (the
+batch to come flushes it); ``prepare()`` takes everything it staged, writes what is not written
+yet and returns the files to flush (a file roll happens there or at the batch's first write,
+between batches, never inside one: a batch and its steps share one outcome);
+``committed(error)`` makes what it wrote readable (``error`` None) or drops it. Nothing else of
+an owner is touched off the loop: the thread gets a duplicate of the file's fd.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from typing import Any, Protocol
 
 from .files import fdatasync, fsync_dir, write_all
 
-__all__ = ["GroupCommit", "Owner", "Write"]
+__all__ = ["GroupCommit", "Owner", "Write", "Written"]
 
 #: threads that flush a batch's files beside the writer thread (a topic with history writes
 #: two: its segment and its queue; topics published to in one turn write one or two each)
@@ -45,25 +54,67 @@ Step = Callable[["OSError | None"], None]
 
 
 class Write:
-    """One file's part of a batch: ``parts`` back to back at ``offset`` of ``fd`` (a duplicate
-    the batch closes), then an ``fdatasync``; ``directory``, when set, is fsynced after it (the
-    write's file was just created: its name must survive too); ``after``, when set, runs on the
-    writer thread once every file of the batch is flushed, before any answer (a disk queue's
-    metadata naming the file it just started)."""
+    """One file's part of a batch, written already from ``offset`` on (where a failure cuts it
+    back to): an ``fdatasync`` of ``fd`` (a duplicate the batch closes); ``directory``, when
+    set, is fsynced after it (the write's file was just created: its name must survive too);
+    ``after``, when set, runs on the writer thread once every file of the batch is flushed,
+    before any answer (a disk queue's metadata naming the file it just started)."""
 
-    __slots__ = ("fd", "offset", "parts", "directory", "after")
+    __slots__ = ("fd", "offset", "directory", "after")
 
-    def __init__(self, fd: int, offset: int, parts: Sequence[bytes], directory: str = "",
+    def __init__(self, fd: int, offset: int, directory: str = "",
                  after: Callable[[], None] | None = None) -> None:
         self.fd = fd
         self.offset = offset
-        self.parts = parts
         self.directory = directory
         self.after = after
 
 
+class Written:
+    """The part of an owner's open batch already in its file (``write_staged``): the first
+    ``count`` staged items, from ``start`` (-1: nothing yet) to ``end`` of ``fd``; ``place``
+    is what the owner needs to remember of where they went (its segment, whether the write
+    made the file)."""
+
+    __slots__ = ("count", "start", "end", "fd", "place")
+
+    def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        self.count = 0
+        self.start = self.end = self.fd = -1
+        self.place: Any = None
+
+    def write(self, staged: Sequence[Sequence[Any]],
+              begin: Callable[[Sequence[Any]], tuple[int, int]]) -> None:
+        """Write the staged items (each ``(parts, nbytes, ...)``: a disk queue's put, a history
+        block) not in the file yet, back to back with one ``pwritev``; at the batch's first
+        write ``begin(first item)`` picks the file and offset (``(fd, offset)``; it may roll).
+        On failure the file is cut back to where this write began (best effort: the next
+        write starts there) and the error raised."""
+        if self.count == len(staged):
+            return
+        if self.start < 0:
+            self.fd, self.start = begin(staged[0])
+            self.end = self.start
+        items = staged[self.count:]
+        try:
+            write_all(self.fd, [part for item in items for part in item[0]], self.end)
+        except OSError:
+            try:
+                os.ftruncate(self.fd, self.end)
+            except OSError:
+                pass
+            raise
+        self.end += sum(item[1] for item in items)
+        self.count = len(staged)
+
+
 class Owner(Protocol):
     in_commit: bool
+
+    def write_staged(self) -> None: ...
 
     def prepare(self) -> list[Write]: ...
 
@@ -71,13 +122,11 @@ class Owner(Protocol):
 
 
 def flush(writes: list[Write], helpers: Executor | None = None) -> OSError | None:
-    """The writer thread's part: write everything, then flush every file and the directories
-    of new files. On an error every file is cut back to where its write began, and the cut is
-    flushed too: a file whose ``fdatasync`` returned before another file's failed holds the
-    refused bytes on disk, and a power cut before its next flush would bring them back."""
+    """The writer thread's part: flush every file, then the directories of new files. On an
+    error every file is cut back to where the batch's write began, and the cut is flushed too:
+    a file whose ``fdatasync`` returned before another file's failed holds the refused bytes
+    on disk, and a power cut before its next flush would bring them back."""
     try:
-        for w in writes:
-            write_all(w.fd, w.parts, w.offset)
         flush_files([w.fd for w in writes], helpers)
         for directory in {w.directory for w in writes if w.directory}:
             fsync_dir(directory)
@@ -86,16 +135,21 @@ def flush(writes: list[Write], helpers: Executor | None = None) -> OSError | Non
                 w.after()
         return None
     except OSError as err:
-        for w in writes:
-            try:
-                os.ftruncate(w.fd, w.offset)
-                fdatasync(w.fd)
-            except OSError:
-                pass  # the owner's next write starts at w.offset and overwrites what is left
+        cut_back(writes)
         return err
     finally:
         for w in writes:
             os.close(w.fd)
+
+
+def cut_back(writes: list[Write]) -> None:
+    """Take a refused batch back out of its files, durably."""
+    for w in writes:
+        try:
+            os.ftruncate(w.fd, w.offset)
+            fdatasync(w.fd)
+        except OSError:
+            pass  # the owner's next write starts at w.offset and overwrites what is left
 
 
 def flush_files(fds: list[int], helpers: Executor | None) -> None:
@@ -135,6 +189,8 @@ class GroupCommit:
         self._number = 0
         #: bumped by every stage(): a step that staged more is seen by this
         self.staged = 0
+        #: set while a publish runs (:meth:`publish`): what it stages waits for the batch
+        self.publishing = False
         #: batches flushed and the files they wrote (bench/ and /stats read these)
         self.batches = 0
         self.files = 0
@@ -150,8 +206,22 @@ class GroupCommit:
         it, so it is given as a step (:meth:`then`) instead."""
         return self._running is not None or bool(self._owners) or bool(self._steps)
 
+    def publish(self, put: Callable[..., None], *args: Any) -> None:
+        """``put(*args)``, a publish (the topic's ``put_many``, ``put_deferred``, ...): its
+        answer waits for the batch, so what it stages is written by the batch's ``prepare``
+        (one ``pwritev`` per file for the whole turn) rather than put by put."""
+        self.publishing = True
+        try:
+            put(*args)
+        finally:
+            self.publishing = False
+
     def stage(self, owner: Any) -> None:
-        """``owner`` staged something: it goes into the open batch."""
+        """``owner`` staged something: it goes into the open batch. Unless a publish staged
+        it, it is a message nsqd held already, and it is written to the file now (raises the
+        OSError of that write: the owner takes it back out of the batch)."""
+        if not self.publishing:
+            owner.write_staged()
         self.staged += 1
         if not owner.in_commit:
             owner.in_commit = True
@@ -185,9 +255,11 @@ class GroupCommit:
         for owner in owners:
             try:
                 writes += owner.prepare()
-            except OSError as err:  # (a new file could not be made): the batch is refused
+            except OSError as err:  # (a write failed, a new file could not be made): refused
                 error = error or err
         if error is not None or not writes:
+            if error is not None:
+                cut_back(writes)  # (the owners prepared before the one that failed wrote)
             for w in writes:
                 os.close(w.fd)
             self._finish(owners, steps, error, wrote=False)

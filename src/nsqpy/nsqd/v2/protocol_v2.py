@@ -460,7 +460,8 @@ class ProtocolV2:
             self._check_auth("PUB", topic_name, "")
         try:
             topic = nsqd.get_topic(topic_name)
-            topic.put_many([(nsqd.id_factory.next_id(), body, _time_ns(), 0)], len(body))
+            nsqd.publish(topic.put_many, [(nsqd.id_factory.next_id(), body, _time_ns(), 0)],
+                         len(body))
         except OSError as err:
             raise FatalError(E_PUB_FAILED, f"PUB failed {err}") from None
         self.client.published(topic_name, 1)
@@ -488,15 +489,16 @@ class ProtocolV2:
             n = len(bodies)
             if n == 1:  # (upstream's bench_writer --batch-size=1: one message per round trip)
                 body = bodies[0]
-                topic.put_many([(nsqd.id_factory.next_id(), body, _time_ns(), 0)], len(body))
+                nsqd.publish(topic.put_many, [(nsqd.id_factory.next_id(), body, _time_ns(), 0)],
+                             len(body))
             else:  # zip builds the (id, body, timestamp, attempts) tuples in C
                 ids, idcol = nsqd.id_factory.next_id_column(n)
                 msgs = list(zip(ids, bodies, repeat(_time_ns(), n), repeat(0, n)))
                 if topic.history is None:
-                    topic.put_many(msgs, sum(map(len, bodies)))
+                    nsqd.publish(topic.put_many, msgs, sum(map(len, bodies)))
                 else:  # the history's block is made of the columns read here (hooks.Columns)
                     sizes = list(map(len, bodies))
-                    topic.put_many(msgs, sum(sizes), (idcol, bodies, sizes))
+                    nsqd.publish(topic.put_many, msgs, sum(sizes), (idcol, bodies, sizes))
         except OSError as err:
             raise FatalError(E_MPUB_FAILED, f"MPUB failed {err}") from None
         self.client.published(topic_name, len(bodies))
@@ -510,7 +512,8 @@ class ProtocolV2:
         delay_ns = ms_to_duration_ns(byte_to_base10(params[2]))  # checked by the parser
         try:
             topic = nsqd.get_topic(topic_name)
-            topic.put_deferred((nsqd.id_factory.next_id(), body, _time_ns(), 0), delay_ns / 1e9)
+            nsqd.publish(topic.put_deferred, (nsqd.id_factory.next_id(), body, _time_ns(), 0),
+                         delay_ns / 1e9)
         except OSError as err:
             raise FatalError(E_DPUB_FAILED, f"DPUB failed {err}") from None
         self.client.published(topic_name, 1)
