@@ -59,20 +59,21 @@ def _wrap_writer() -> None:
         setattr(self, _ONE_BATCH, bool(kwargs.get("once") or kwargs.get("availableNow")))
         return result
 
-    @functools.wraps(start)
-    def guarded_start(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _refuse_if_single_batch_on_nsq(self)
-        return start(self, *args, **kwargs)
-
-    @functools.wraps(to_table)
-    def guarded_to_table(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _refuse_if_single_batch_on_nsq(self)
-        return to_table(self, *args, **kwargs)
-
     DataStreamWriter.trigger = guarded_trigger  # type: ignore[method-assign]
-    DataStreamWriter.start = guarded_start  # type: ignore[method-assign]
-    DataStreamWriter.toTable = guarded_to_table  # type: ignore[method-assign]
+    DataStreamWriter.start = _refusing(start)  # type: ignore[method-assign]
+    DataStreamWriter.toTable = _refusing(to_table)  # type: ignore[method-assign]
     DataStreamWriter._nsqpy_guard = True  # type: ignore[attr-defined]
+
+
+def _refusing(method: Any) -> Any:
+    """``method`` of DataStreamWriter (start, toTable), refusing what the guard refuses first."""
+
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _refuse_if_single_batch_on_nsq(self)
+        return method(self, *args, **kwargs)
+
+    return guarded
 
 
 def _refuse_if_single_batch_on_nsq(writer: Any) -> None:
