@@ -381,17 +381,11 @@ class DiskQueue:
         self._taken_refused = [c[2] for c in chunks if c[2] is not None]
         if not chunks:
             return []
-        written = self._written
         try:
-            self.write_staged()
-        except OSError:  # refused: what the open batch wrote before goes too
-            if written.start >= 0:
-                self._truncate(written.fd, written.start)
-            raise
+            start, created, self._taken_end = self._written.take(chunks, self._batch_start,
+                                                                 self._truncate)
         finally:
             self._staged = []
-            start, created, self._taken_end = written.start, written.place, written.end
-            written.forget()
         self._flushing = True
         after = None
         if created:  # the metadata names the new file before anything in it is answered

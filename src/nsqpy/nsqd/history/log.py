@@ -511,7 +511,7 @@ class Log:
             if self.sync_every <= 1:
                 self._sync(background=False)
         except OSError:  # nothing of a refused publish stays behind
-            cut_back(self.fd, offset, self.logger, f"HISTORY({self.topic_name})")
+            self._cut_back(self.fd, offset)
             raise
         seg.add_block(offset, size, n, lo, hi, first, last)
         self._bytes += size
@@ -550,6 +550,9 @@ class Log:
         self._written.place = seg
         return self.fd, seg.size
 
+    def _cut_back(self, fd: int, size: int) -> None:
+        cut_back(fd, size, self.logger, f"HISTORY({self.topic_name})")
+
     def prepare(self) -> list[Write]:
         """The batch takes every staged block and writes what is not written yet (one
         ``pwritev`` to the active segment); the writer thread flushes it. A batch has one
@@ -557,21 +560,14 @@ class Log:
         self._taken_epoch = self._epoch
         staged = self._staged
         self._taken, self._taken_seg = [], None
-        written = self._written
         if not staged or self.closed:
             self._staged = []
-            written.forget()
+            self._written.forget()
             return []
         try:
-            self.write_staged()
-        except OSError:  # refused: what the open batch wrote before goes too
-            if written.start >= 0:
-                cut_back(written.fd, written.start, self.logger, f"HISTORY({self.topic_name})")
-            raise
+            start, seg, end = self._written.take(staged, self._batch_start, self._cut_back)
         finally:
             self._staged = []
-            start, seg, end = written.start, written.place, written.end
-            written.forget()
         taken = []
         at = start
         for block in staged:
@@ -590,7 +586,7 @@ class Log:
         if error is not None:
             if self._written.count:  # written behind the refused batch: cut back, again now
                 self._written.forget()
-                cut_back(self.fd, seg.size, self.logger, f"HISTORY({self.topic_name})")
+                self._cut_back(self.fd, seg.size)
                 try:
                     self.write_staged()
                 except OSError:

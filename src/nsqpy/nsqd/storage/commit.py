@@ -110,6 +110,24 @@ class Written:
         self.end += sum(item[1] for item in items)
         self.count = len(staged)
 
+    def take(self, staged: Sequence[Sequence[Any]],
+             begin: Callable[[Sequence[Any]], tuple[int, int]],
+             cut: Callable[[int, int], None]) -> tuple[int, Any, int]:
+        """The batch takes the open batch's part of the file: what of ``staged`` is not
+        written yet is written, and ``(start, place, end)`` handed over; the next batch starts
+        afresh. When that write fails, everything the open batch wrote goes too
+        (``cut(fd, start)``) and the error is raised."""
+        try:
+            self.write(staged, begin)
+        except OSError:
+            if self.start >= 0:
+                cut(self.fd, self.start)
+            self.forget()
+            raise
+        taken = self.start, self.place, self.end
+        self.forget()
+        return taken
+
 
 class Owner(Protocol):
     in_commit: bool
