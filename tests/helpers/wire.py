@@ -142,10 +142,14 @@ def drain(addr: str, topic: str, channel: str, expect: int, rdy: int = 2500, qui
     return got
 
 
-def read_until_quiet(sock: socket.socket, wait: float) -> bytes:
+def read_until_quiet(sock: socket.socket, wait: float, first: float = 0.0) -> bytes:
     """What the server sent until ``wait`` seconds passed without a byte, then ``<closed>`` or
-    ``<open>``: a side-by-side test compares these bytes between upstream's server and ours."""
-    sock.settimeout(wait)
+    ``<open>``: a side-by-side test compares these bytes between upstream's server and ours.
+
+    ``first`` (when longer than ``wait``) is how long the first byte may take, for a command that
+    always has an answer: a busy machine can hold a server's answer past a short quiet window,
+    and the transcript would then differ by timing, not by behaviour."""
+    sock.settimeout(max(wait, first))
     got = b""
     try:
         while True:
@@ -153,6 +157,7 @@ def read_until_quiet(sock: socket.socket, wait: float) -> bytes:
             if not chunk:
                 return got + b"<closed>"
             got += chunk
+            sock.settimeout(wait)
     except socket.timeout:
         return got + b"<open>"
 

@@ -141,11 +141,11 @@ def test_nsqd_identify_and_stats(sides, body):
         sock = socket.create_connection(("127.0.0.1", side.nsqd_tcp), timeout=5)
         try:
             sock.sendall(b"  V2IDENTIFY\n" + I32(len(body)) + body)
-            answer = read_until_quiet(sock, 0.5)
+            answer = read_until_quiet(sock, 0.5, first=30)  # IDENTIFY always answers
             stats = b""
             if answer.endswith(b"<open>"):  # accepted: subscribe, then look at it in /stats
                 sock.sendall(f"SUB json {channel}\n".encode())
-                answer += read_until_quiet(sock, 1.0)  # (a loaded machine answers late)
+                answer += read_until_quiet(sock, 1.0, first=30)  # (SUB/REGISTER answer too)
                 stats = _get(side.nsqd_http, f"/stats?format=json&topic=json&channel={channel}"
                                              "&include_mem=false")
             return side.mask_ports(answer), _mask(side, stats)
@@ -200,11 +200,11 @@ def test_lookupd_identify_nodes_lookup_debug(sides, body):
         sock = socket.create_connection(("127.0.0.1", side.lookupd_tcp), timeout=5)
         try:
             sock.sendall(b"  V1IDENTIFY\n" + I32(len(body)) + body)
-            answer = read_until_quiet(sock, 0.5)
+            answer = read_until_quiet(sock, 0.5, first=30)  # IDENTIFY always answers
             pages = []
             if answer.endswith(b"<open>"):
                 sock.sendall(f"REGISTER {topic} ch\n".encode())
-                answer += read_until_quiet(sock, 1.0)  # (a loaded machine answers late)
+                answer += read_until_quiet(sock, 1.0, first=30)  # (SUB/REGISTER answer too)
                 for path in ("/nodes", f"/lookup?topic={topic}", "/debug"):
                     pages.append(_mask(side, _get(side.lookupd_http, path)))
             return _mask(side, answer), pages
