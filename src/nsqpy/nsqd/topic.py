@@ -126,8 +126,8 @@ class Topic:
         """Whether a fan-out now would only stage disk-queue writes (``--mem-queue-size=0``
         here and in every channel, no replay, no replication): those join the history's batch,
         readable with it or refused with it, so the fan-out need not wait for its flush."""
-        return (self.mem_cap == 0 and self.nsqd.replicator is None and all(
-            c.mem_cap == 0 and c.feeder is None and not c.ephemeral for c in self.channels.values()))
+        return (self.mem_cap == 0 and self.nsqd.replicator is None and (not self.channels or all(
+            c.mem_cap == 0 and c.feeder is None and not c.ephemeral for c in self.channels.values())))
 
     def _kept(self, fan_out: Callable[..., None], *args: Any) -> None:
         """The group commit's outcome for a publish the history held (its last argument)."""

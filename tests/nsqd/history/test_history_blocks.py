@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from nsqpy.nsqd.history.log import Cursor, Log, scan_segment
+from nsqpy.nsqd.history.log import SPARSE_STEP, Cursor, Log, Segment, scan_segment
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -74,3 +75,34 @@ def test_a_rolled_segment_is_synced_with_the_next_fsync_then_closed(tmp_path):
         reopened = _log(tmp_path, 1, ex)
         assert _all(reopened)[-1][0] == b"%016x" % 39
         reopened.close()
+
+
+def _fields(seg: Segment) -> tuple:
+    return (seg.size, seg.count, seg.first_ts, seg.last_ts, seg.min_ts, seg.max_ts,
+            list(seg.sparse_off), list(seg.sparse_max), seg.next_mark)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_batch_moves_the_summary_as_its_blocks_one_by_one_would(seed):
+    """The group commit adds a batch's blocks to the segment's summary at once (passes in C
+    over their fields); the sparse index, counts, sizes and timestamp bounds come out exactly
+    as adding each block alone makes them, batches that cross a sparse mark included."""
+    rng = random.Random(seed)
+    batched, single = Segment(1), Segment(1)
+    offset, ts = 0, 10**18
+    for _ in range(400):
+        blocks = []
+        for _ in range(rng.choice([1, 1, 3, 32, 64])):
+            n = rng.choice([1, 1, 200])
+            size = 8 + rng.randrange(40, 9000) * n // 8
+            lo = ts + rng.randrange(-5, 5)
+            hi = lo + rng.randrange(0, 3)
+            blocks.append(([b""], size, n, lo, hi, lo, hi))
+            ts += 1
+        end = batched.add_blocks(offset, blocks)
+        for block in blocks:
+            single.add_block(offset, *block[1:])
+            offset += block[1]
+        assert end == offset
+        assert _fields(batched) == _fields(single)
+    assert len(batched.sparse_off) > 10 and batched.size > 10 * SPARSE_STEP

@@ -39,6 +39,8 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from itertools import chain
+from operator import itemgetter
 from typing import Any, Protocol
 
 from .files import fdatasync, fsync_dir, write_all
@@ -51,6 +53,9 @@ FLUSH_HELPERS = 3
 
 #: what runs once a batch is on disk: called with None, or with the error that refused it
 Step = Callable[["OSError | None"], None]
+
+#: a staged item's buffers and their bytes (:meth:`Written.write`), taken in C for a whole batch
+_PARTS, _NBYTES = itemgetter(0), itemgetter(1)
 
 
 class Write:
@@ -100,14 +105,14 @@ class Written:
             self.end = self.start
         items = staged[self.count:]
         try:
-            write_all(self.fd, [part for item in items for part in item[0]], self.end)
+            write_all(self.fd, list(chain.from_iterable(map(_PARTS, items))), self.end)
         except OSError:
             try:
                 os.ftruncate(self.fd, self.end)
             except OSError:
                 pass
             raise
-        self.end += sum(item[1] for item in items)
+        self.end += sum(map(_NBYTES, items))
         self.count = len(staged)
 
     def take(self, staged: Sequence[Sequence[Any]],
@@ -241,10 +246,10 @@ class GroupCommit:
         if not self.publishing:
             owner.write_staged()
         self.staged += 1
-        if not owner.in_commit:
+        if not owner.in_commit:  # (one already in the open batch has its dispatch coming)
             owner.in_commit = True
             self._owners.append(owner)
-        self._schedule()
+            self._schedule()
 
     def then(self, step: Step, answer: bool = True) -> None:
         """Run ``step`` once everything staged so far is on disk (or refused). An ``answer``
