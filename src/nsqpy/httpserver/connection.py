@@ -80,6 +80,13 @@ _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPT
 _GLOBAL_OPTIONS = Endpoint(lambda request: (wire.GLOBAL_OPTIONS, b""))
 
 
+def _names_a_version(read: bytes, url: bytes) -> bool:
+    """Whether the request line in ``read`` goes on after ``url`` with a protocol version (a
+    line cut between two reads counts as one without: the likelier case by far)."""
+    at = read.find(b" " + url + b" ")
+    return at >= 0 and read.startswith(b"HTTP/", at + len(url) + 2)
+
+
 class _Stop(Exception):
     """Raised from a parser callback to stop parsing what is left of this read."""
 
@@ -99,7 +106,7 @@ class HTTPConnection(asyncio.Protocol):
     __slots__ = ("server", "app", "transport", "parser", "url", "headers", "method_override",
                  "url_override", "req", "queue", "running", "out", "closing", "close_after_write",
                  "paused", "deadline", "head_bytes", "idle", "_remote", "_ssl", "completed",
-                 "ready", "heads", "out_size", "backlogged", "write_queued", "pending")
+                 "ready", "heads", "out_size", "backlogged", "write_queued", "pending", "read")
 
     def __init__(self, server: Listener) -> None:
         self.server = server
@@ -129,6 +136,7 @@ class HTTPConnection(asyncio.Protocol):
         self.backlogged = False  # handlers wait until those are handed to the transport
         self.write_queued = False  # the server writes our answers at the end of this iteration
         self.pending: bytes | None = None  # the unparsed rest of a read, while reading is held
+        self.read = b""  # the read being parsed
 
     # --- asyncio callbacks ----------------------------------------------------------------------
 
@@ -233,6 +241,7 @@ class HTTPConnection(asyncio.Protocol):
             self._flush()
             return
         completed = self.completed
+        self.read = data  # (what a request line without a version is told apart by)
         try:
             self.parser.feed_data(data)
         except (HttpParserError, HttpParserUpgrade) as err:
@@ -490,7 +499,13 @@ class HTTPConnection(asyncio.Protocol):
             url = self.url
         else:
             self.url_override = None
-        req = self.heads.read(parser.get_http_version(), method, url, self.headers)
+        version = parser.get_http_version()
+        if version == "0.9" and not _names_a_version(self.read, url):
+            # llhttp reads a request line without a version as HTTP/0.9; Go finds no second
+            # space in it and answers a plain 400 (505 only to a version it read and refuses)
+            self._early(wire.BAD_REQUEST)
+            return None
+        req = self.heads.read(version, method, url, self.headers)
         if type(req) is bytes:
             self._early(req)
             return None
