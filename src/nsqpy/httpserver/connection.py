@@ -248,6 +248,7 @@ class HTTPConnection(asyncio.Protocol):
             failure: Exception | None = err
         else:
             failure = None
+        self.read = b""  # (an idle connection holds no read)
         if failure is not None:  # handled outside the except: see _feed_failed
             # a clean start: this read began between two requests and none ended in it
             self._feed_failed(data, failure, head_bytes < 0 and self.req is None
