@@ -88,6 +88,7 @@ CASES = [
     b"GET /ping HTTP/0.9\r\n" + H + b"\r\n",
     b"GET /ping\r\n" + H + b"\r\n",  # no version: llhttp says 0.9, Go a plain 400
     b"! *\n\nGET /ping HTTP/1.1\r\n" + H + b"\r\n",  # (found by tests/security/test_fuzz.py)
+    b"GET /ping HTTP/1.1\r\n" + H + b"\r\nGET /ping\r\n" + H + b"\r\n",  # (one read)
     b"GET /ping HTTP/1.1\r\nHost: a b\r\n\r\n",
     b"GET /ping HTTP/1.1\r\n" + H + b"Host: y\r\n\r\n",
     b"GET /ping HTTP/1.1\r\n" + H + b"Bad Header: y\r\n\r\n",

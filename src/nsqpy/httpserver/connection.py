@@ -80,11 +80,12 @@ _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPT
 _GLOBAL_OPTIONS = Endpoint(lambda request: (wire.GLOBAL_OPTIONS, b""))
 
 
-def _names_a_version(read: bytes, url: bytes) -> bool:
-    """Whether the request line in ``read`` goes on after ``url`` with a protocol version (a
-    line cut between two reads counts as one without: the likelier case by far)."""
-    at = read.find(b" " + url + b" ")
-    return at >= 0 and read.startswith(b"HTTP/", at + len(url) + 2)
+def _says_http09(read: bytes, url: bytes) -> bool:
+    """Whether a request line in ``read`` names HTTP/0.9 after ``url``, as opposed to naming no
+    version (which llhttp also reports as 0.9). Looked for as the whole tail of the line, so an
+    earlier request of the same read with the same URL and another version does not count; a
+    line cut between two reads counts as one without a version, the likelier case by far."""
+    return b" " + url + b" HTTP/0.9" in read
 
 
 class _Stop(Exception):
@@ -501,7 +502,7 @@ class HTTPConnection(asyncio.Protocol):
         else:
             self.url_override = None
         version = parser.get_http_version()
-        if version == "0.9" and not _names_a_version(self.read, url):
+        if version == "0.9" and not _says_http09(self.read, url):
             # llhttp reads a request line without a version as HTTP/0.9; Go finds no second
             # space in it and answers a plain 400 (505 only to a version it read and refuses)
             self._early(wire.BAD_REQUEST)
