@@ -410,14 +410,7 @@ class DiskQueue:
             self.depth -= n
             for rescue in refused:
                 rescue()
-            if self._written.count:  # written behind the refused batch: cut back, again now
-                self._written.forget()
-                if self._wfd is not None:
-                    self._truncate(self._wfd, self.write_pos)
-                try:
-                    self.write_staged()
-                except OSError:
-                    pass  # (its own batch writes it, or refuses it)
+            self._written.write_again(self, self._wfd, self.write_pos, self._truncate)
             return
         self.write_pos = self._taken_end
         self._count += n

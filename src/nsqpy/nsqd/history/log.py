@@ -608,13 +608,7 @@ class Log:
         if self._taken_epoch != self._epoch or seg is None:
             return
         if error is not None:
-            if self._written.count:  # written behind the refused batch: cut back, again now
-                self._written.forget()
-                self._cut_back(self.fd, seg.size)
-                try:
-                    self.write_staged()
-                except OSError:
-                    pass  # (its own batch writes it, or refuses it)
+            self._written.write_again(self, self.fd, seg.size, self._cut_back)
             return
         self._bytes += seg.add_blocks(self._taken_start, taken) - self._taken_start
         if self.retention_bytes and self._bytes > self.retention_bytes:

@@ -134,6 +134,23 @@ class Written:
         return taken
 
 
+    def write_again(self, owner: Owner, fd: int | None, offset: int,
+                    cut: Callable[[int, int], None]) -> None:
+        """After a refused batch (``committed(error)``): what the owner's next batch wrote
+        behind it lies past ``offset``, where the refused batch began and the writer thread cut
+        the file back to. It is cut back too and written again now, at ``offset``; a failure
+        is left to that next batch, whose own write refuses it."""
+        if not self.count:
+            return
+        self.forget()
+        if fd is not None:
+            cut(fd, offset)
+        try:
+            owner.write_staged()
+        except OSError:
+            pass
+
+
 class Owner(Protocol):
     in_commit: bool
 
