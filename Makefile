@@ -16,16 +16,19 @@ STAMP_MIN := $(VENV_MIN)/.installed
 # tools the tests start compile nsqpy from source again (nsqd start-up 0.17 s of CPU -> 0.08 s)
 unexport PYTHONDONTWRITEBYTECODE
 
+# --no-compile: pip would compile every module of every package (pyspark's thousands) at
+# install, ~10 CPU-s a venv and four venvs a `make test`; Python compiles what is imported,
+# once, on first use
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark,connect]'
+	$(PY) -m pip install -q --no-compile -e '.[test,spark,connect]'
 	touch $(STAMP)
 
 $(STAMP_MIN): pyproject.toml
 	$(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/python -m pip install -q --upgrade pip
-	$(VENV_MIN)/bin/python -m pip install -q 'pyspark==$(SPARK_MIN)' -e '.[test,spark]'
+	$(VENV_MIN)/bin/python -m pip install -q --no-compile 'pyspark==$(SPARK_MIN)' -e '.[test,spark]'
 	touch $(STAMP_MIN)
 
 setup: $(STAMP)

@@ -26,7 +26,7 @@ run_one() {  # version, interpreter, port range
     if [ ! "$venv/.installed" -nt pyproject.toml ]; then
         rm -rf "$venv" && "$2" -m venv "$venv" &&
             "$venv/bin/python" -m pip install -q --upgrade pip &&
-            "$venv/bin/python" -m pip install -q -e '.[test,spark]' && touch "$venv/.installed" ||
+            "$venv/bin/python" -m pip install -q --no-compile -e '.[test,spark]' && touch "$venv/.installed" ||
             return 1
     fi
     # the `serial` tests among them (upstream's log lines, tests/helpers/groups.py) are left to
