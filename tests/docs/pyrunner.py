@@ -5,11 +5,18 @@ defined, as readers do). Protocol on stdin: a line ``<n>`` then ``n`` bytes of c
 block a line ``DOCS-BLOCK-DONE ok`` or ``DOCS-BLOCK-DONE failed`` on stdout, after its output
 (a traceback included). Run by test_docs_run.py as ``python pyrunner.py`` with the docs
 block's working directory; stdout and stderr are one pipe.
+
+Both streams write whole lines: Spark's JVM writes its log lines to the same pipe, and an
+unbuffered ``print("drained:", drained)`` went out as four writes, so a JVM warning could land
+inside the printed line (``drained:<warning>\n True``) and the block's expected text was not
+there. A line at a time, the JVM's lines can only come between the block's own.
 """
 
 import sys
 import traceback
 
+sys.stdout.reconfigure(line_buffering=True, write_through=False)
+sys.stderr.reconfigure(line_buffering=True, write_through=False)
 namespace = {"__name__": "__main__"}
 stdin = sys.stdin.buffer
 while True:
@@ -29,4 +36,4 @@ while True:
         status = "failed"
     sys.stdout.flush()
     sys.stderr.flush()
-    print(f"\nDOCS-BLOCK-DONE {status}", flush=True)
+    sys.stdout.write(f"\nDOCS-BLOCK-DONE {status}\n")  # one write: no JVM line inside it

@@ -103,7 +103,7 @@ class PythonSession:
     """tests/docs/pyrunner.py: the file's Python blocks in one interpreter."""
 
     def __init__(self, cwd: Path, env: dict[str, str]):
-        self.proc = subprocess.Popen([sys.executable, "-u", str(Path(__file__).with_name("pyrunner.py"))],
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("pyrunner.py"))],
                                      cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self.lines: queue.Queue[bytes | None] = queue.Queue()
