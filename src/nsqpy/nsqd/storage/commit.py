@@ -133,7 +133,6 @@ class Written:
         self.forget()
         return taken
 
-
     def write_again(self, owner: Owner, fd: int | None, offset: int,
                     cut: Callable[[int, int], None]) -> None:
         """After a refused batch (``committed(error)``): what the owner's next batch wrote
